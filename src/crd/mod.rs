@@ -1,0 +1,1 @@
+//! The CustomResourceDefinition of a chart: names, versions, assembly.

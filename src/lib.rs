@@ -1,0 +1,9 @@
+//! compositor turns any Helm chart into a Kubernetes API.
+//!
+//! The flow of a definition, one module per step, data flowing one way:
+//! [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
+//! → [`crd`] (names, versions, the CustomResourceDefinition).
+
+pub mod chart;
+pub mod crd;
+pub mod schema;

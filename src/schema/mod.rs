@@ -1,0 +1,1 @@
+//! values.schema.json → structural OpenAPI v3 schema.
