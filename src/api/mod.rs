@@ -39,7 +39,10 @@ pub fn is_paused(meta: &ObjectMeta) -> bool {
 
 /// The operator's own CRDs as one YAML stream, as committed under `crds/`.
 pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
-    Ok(format!("---\n{}", serde_saphyr::to_string(&CompositionDefinition::crd())?))
+    Ok(format!(
+        "---\n{}",
+        serde_saphyr::to_string(&CompositionDefinition::crd())?
+    ))
 }
 
 #[cfg(test)]
