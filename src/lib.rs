@@ -5,6 +5,7 @@
 //! → [`crd`] (names, versions, the CustomResourceDefinition).
 
 pub mod api;
+pub mod bundle;
 pub mod chart;
 pub mod crd;
 pub mod helm;
