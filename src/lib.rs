@@ -9,4 +9,5 @@ pub mod bundle;
 pub mod chart;
 pub mod crd;
 pub mod helm;
+pub mod runtime;
 pub mod schema;
