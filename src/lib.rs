@@ -4,6 +4,8 @@
 //! [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
 //! → [`crd`] (names, versions, the CustomResourceDefinition).
 
+pub mod api;
 pub mod chart;
 pub mod crd;
+pub mod helm;
 pub mod schema;

@@ -1,0 +1,36 @@
+# compositor — common tasks. Every target installs what it needs (e2e/install-deps.sh).
+
+CARGO ?= cargo
+TESTBED_DIR ?= /tmp/compositor-testbed
+export TESTBED_DIR
+
+.PHONY: demo test unit lint deps up down crds bench
+
+## demo: bring up the local test bed and walk through what compositor does with it
+demo: deps
+	e2e/demo.sh
+
+## test: unit tests, then integration tests against a fresh test bed
+test: lint
+	@start=$$SECONDS; $(CARGO) test --locked --all-targets --no-run; \
+	  echo "[make test] build took $$((SECONDS - start))s"
+	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) e2e/with-testbed.sh $(CARGO) test --locked --all-targets
+
+## unit: the tests that need no test bed
+unit:
+	$(CARGO) test --locked --lib --bins
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+## deps: install the test bed's parts (cached under ~/.cache/compositor)
+deps:
+	e2e/install-deps.sh
+
+## up / down: a long-lived test bed in $(TESTBED_DIR) for manual work (`eval "$$(e2e/testbed.sh env)"`)
+up: deps
+	e2e/testbed.sh up
+down:
+	e2e/testbed.sh down

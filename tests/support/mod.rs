@@ -1,0 +1,140 @@
+//! What integration tests share: the test bed's environment, a client for its apiserver, and
+//! `helm` with isolated state.
+//!
+//! The test bed is started by `e2e/with-testbed.sh` (what `make test` runs); a test run outside
+//! it fails with a message saying so rather than skipping.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, PostParams};
+
+/// A test bed variable; panics with instructions when the test bed is not up.
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests through `make test` (or `e2e/with-testbed.sh cargo test`)")
+    })
+}
+
+/// Installs the process-wide rustls crypto provider (ring), as the binary does at start.
+pub fn init_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A client for the test bed's apiserver with the admin credentials.
+pub async fn client() -> Client {
+    init_tls();
+    env("KUBECONFIG");
+    Client::try_default()
+        .await
+        .expect("client for the test bed apiserver")
+}
+
+/// A name unique within this test run, valid as a DNS-1123 label.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates a namespace with a unique name and returns the name.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = unique(prefix);
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// Polls `check` every 250 ms until it returns true; panics with `what` after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// `helm` with its own config, cache and data directories (so logins and repositories do not
+/// leak between tests) and the test bed's kubeconfig.
+pub struct Helm {
+    home: tempfile::TempDir,
+}
+
+impl Helm {
+    /// A helm with fresh, empty state.
+    pub fn new() -> Self {
+        Helm {
+            home: tempfile::tempdir().expect("helm home"),
+        }
+    }
+
+    /// A `helm` command with this state.
+    pub fn command(&self) -> Command {
+        let home = self.home.path();
+        let mut command = Command::new(env("HELM_BIN"));
+        command
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env("KUBECONFIG", env("KUBECONFIG"));
+        command
+    }
+
+    /// Runs helm with `args`, writing `stdin` to it; returns the output whatever the exit code.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn helm");
+        let mut pipe = child.stdin.take().expect("helm stdin");
+        if let Some(input) = stdin {
+            pipe.write_all(input.as_bytes()).expect("write helm stdin");
+        }
+        drop(pipe);
+        child.wait_with_output().expect("wait for helm")
+    }
+
+    /// Runs helm and panics with its stderr if it fails; returns stdout.
+    pub fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin);
+        assert!(
+            out.status.success(),
+            "helm {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// A packaged test chart (`<name>-<version>.tgz`) from the test bed.
+pub fn packaged_chart(name: &str, version: &str) -> PathBuf {
+    let path = Path::new(&env("COMPOSITOR_TEST_CHARTS")).join(format!("{name}-{version}.tgz"));
+    assert!(path.exists(), "test chart {} is missing", path.display());
+    path
+}
