@@ -6,10 +6,9 @@ mod definition;
 
 pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
 pub use definition::{
-    CaBundleRef, ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
-    CompositionDefinitionStatus, CrdStatus, Credentials, DefinitionVersion, DeletionPolicy, Names,
-    NamespacePlacement, ObjectKind, Placement, ResolvedChart, SchemaOptions, SecretKeyRef,
-    SecretRef,
+    ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
+    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,
+    NamespacePlacement, Placement, ResolvedChart, SchemaOptions,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
