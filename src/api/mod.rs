@@ -2,8 +2,10 @@
 //! composition resource carries, and the labels and annotations both sides agree on.
 
 mod composition;
+mod conditions;
 mod definition;
 
+pub use conditions::{find_condition, set_condition};
 pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
@@ -25,6 +27,12 @@ pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
 pub const VERSION_LABEL: &str = "compositor.dev/version";
 /// Label naming the definition (`<namespace>.<name>`) an object was made for.
 pub const DEFINITION_LABEL: &str = "compositor.dev/definition";
+/// Annotation naming the definition (`<namespace>/<name>`) that made an object; unlike
+/// [`DEFINITION_LABEL`] it is never shortened, so it maps an object back to its definition.
+pub const OWNER_ANNOTATION: &str = "compositor.dev/owner";
+/// Annotation holding a hash of what compositor last applied, so an unchanged object is not
+/// written again.
+pub const APPLIED_HASH_ANNOTATION: &str = "compositor.dev/applied-hash";
 /// Finalizer on definitions and compositions.
 pub const FINALIZER: &str = "compositor.dev/finalizer";
 
