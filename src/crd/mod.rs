@@ -1,1 +1,50 @@
-//! The CustomResourceDefinition of a chart: names, versions, assembly.
+//! The CustomResourceDefinition of a chart: names, versions, assembly, size guard.
+
+mod build;
+mod naming;
+mod size;
+mod status;
+
+pub use build::{BuildOptions, CATEGORIES, build, build_version, merge_version, version};
+pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
+pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
+pub use status::status_schema;
+
+/// Errors of CRD assembly.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A derived or overridden name is not valid for Kubernetes.
+    #[error("invalid {field} {value:?}: {problem}")]
+    InvalidName {
+        /// Which name (`kind`, `plural`, `group`, `version`, …).
+        field: &'static str,
+        /// The offending value.
+        value: String,
+        /// What rule it breaks.
+        problem: String,
+    },
+    /// A version's schema is larger than its budget even without descriptions.
+    #[error("the schema of version {version} is {size} bytes, over the limit of {limit} bytes even without descriptions")]
+    TooLarge {
+        /// CRD version name.
+        version: String,
+        /// Size without descriptions.
+        size: usize,
+        /// The budget.
+        limit: usize,
+    },
+    /// The schema could not be serialised (a bug, not an input problem).
+    #[error("cannot serialise the schema")]
+    Serialize(#[source] serde_json::Error),
+}
+
+impl Error {
+    /// A PascalCase reason for Kubernetes conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidName { .. } => "InvalidName",
+            Error::TooLarge { .. } => "SchemaTooLarge",
+            Error::Serialize(_) => "SerializationFailed",
+        }
+    }
+}
