@@ -26,14 +26,20 @@ fn corpus_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         return Some(dir);
     }
-    assert!(std::env::var_os("CI").is_none(), "the corpus is missing at {}", dir.display());
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the corpus is missing at {}",
+        dir.display()
+    );
     eprintln!("corpus not found at {}; skipped outside CI", dir.display());
     None
 }
 
 /// Every chart of the corpus, read into a `Package` (Chart.yaml, values.yaml, schema).
 fn corpus() -> Vec<(String, Package)> {
-    let Some(dir) = corpus_dir() else { return Vec::new() };
+    let Some(dir) = corpus_dir() else {
+        return Vec::new();
+    };
     let mut charts = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("read corpus") {
         let path = entry.expect("corpus entry").path();
@@ -41,9 +47,11 @@ fn corpus() -> Vec<(String, Package)> {
             continue;
         }
         let read = |f: &str| std::fs::read_to_string(path.join(f)).expect(f);
-        let metadata: ChartMetadata = serde_saphyr::from_str(&read("Chart.yaml")).expect("Chart.yaml");
+        let metadata: ChartMetadata =
+            serde_saphyr::from_str(&read("Chart.yaml")).expect("Chart.yaml");
         let values: Value = serde_saphyr::from_str(&read("values.yaml")).expect("values.yaml");
-        let schema: Value = serde_json::from_str(&read("values.schema.json")).expect("values.schema.json");
+        let schema: Value =
+            serde_json::from_str(&read("values.schema.json")).expect("values.schema.json");
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         charts.push((
             name,
@@ -69,14 +77,12 @@ fn prune(value: &Value, s: &JSONSchemaProps) -> Value {
         Value::Object(map) => {
             let mut out = serde_json::Map::new();
             for (k, v) in map {
-                let child = s
-                    .properties
-                    .as_ref()
-                    .and_then(|p| p.get(k))
-                    .or(match &s.additional_properties {
+                let child = s.properties.as_ref().and_then(|p| p.get(k)).or(
+                    match &s.additional_properties {
                         Some(JSONSchemaPropsOrBool::Schema(a)) => Some(a.as_ref()),
                         _ => None,
-                    });
+                    },
+                );
                 match child {
                     Some(c) if v.is_null() && c.nullable != Some(true) => {}
                     Some(c) => {
@@ -91,7 +97,9 @@ fn prune(value: &Value, s: &JSONSchemaProps) -> Value {
             Value::Object(out)
         }
         Value::Array(items) => match &s.items {
-            Some(JSONSchemaPropsOrArray::Schema(i)) => Value::Array(items.iter().map(|v| prune(v, i)).collect()),
+            Some(JSONSchemaPropsOrArray::Schema(i)) => {
+                Value::Array(items.iter().map(|v| prune(v, i)).collect())
+            }
             _ => value.clone(),
         },
         other => other.clone(),
@@ -121,7 +129,13 @@ fn missing(expected: &Value, actual: &Value, path: &str, out: &mut Vec<String>) 
 }
 
 fn spec_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
-    let root = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let root = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap();
     &root.properties.as_ref().unwrap()["spec"]
 }
 
@@ -130,17 +144,28 @@ fn spec_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
 fn corpus_converts_to_structural_schemas_that_keep_values() {
     let mut failures = Vec::new();
     for (name, package) in corpus() {
-        let (spec, _) = schema::convert(package.schema.as_ref().unwrap(), &package, &ConvertOptions::default());
+        let (spec, _) = schema::convert(
+            package.schema.as_ref().unwrap(),
+            &package,
+            &ConvertOptions::default(),
+        );
         for p in schema::structural_problems(&spec) {
             failures.push(format!("{name}: {p}"));
         }
         let mut lost = Vec::new();
-        missing(&package.values, &prune(&package.values, &spec), "spec", &mut lost);
+        missing(
+            &package.values,
+            &prune(&package.values, &spec),
+            "spec",
+            &mut lost,
+        );
         failures.extend(lost.into_iter().map(|l| format!("{name}: {l}")));
-        let (_, with_defaults) = schema::convert(
+        let (with_defaults, _) = schema::convert(
             package.schema.as_ref().unwrap(),
             &package,
-            &ConvertOptions { apply_defaults: true },
+            &ConvertOptions {
+                apply_defaults: true,
+            },
         );
         for p in schema::structural_problems(&with_defaults) {
             failures.push(format!("{name} (applyDefaults): {p}"));
@@ -176,7 +201,11 @@ async fn corpus_crds_are_established_and_accept_values() {
     let mut accepted = 0;
     for apply_defaults in [false, true] {
         for (name, package) in &charts {
-            let kind = format!("{}{}", crd::kind_from_chart(&package.metadata.name), if apply_defaults { "D" } else { "" });
+            let kind = format!(
+                "{}{}",
+                crd::kind_from_chart(&package.metadata.name),
+                if apply_defaults { "D" } else { "" }
+            );
             let options = BuildOptions {
                 names: NameOverrides {
                     group: Some(group.clone()),
@@ -191,7 +220,9 @@ async fn corpus_crds_are_established_and_accept_values() {
             let (crd, _) = crd::build(package, &options).expect("build");
             let crd_name = crd.metadata.name.clone().unwrap();
             if let Err(e) = crds.create(&PostParams::default(), &crd).await {
-                failures.push(format!("{name} (defaults {apply_defaults}): CRD rejected: {e}"));
+                failures.push(format!(
+                    "{name} (defaults {apply_defaults}): CRD rejected: {e}"
+                ));
                 continue;
             }
             let ready = tokio::time::timeout(
@@ -200,12 +231,15 @@ async fn corpus_crds_are_established_and_accept_values() {
             )
             .await;
             if !matches!(ready, Ok(Ok(_))) {
-                failures.push(format!("{name} (defaults {apply_defaults}): CRD not Established"));
+                failures.push(format!(
+                    "{name} (defaults {apply_defaults}): CRD not Established"
+                ));
                 continue;
             }
             established += 1;
             let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", &kind));
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, &resource);
             let object: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": format!("{group}/v1"),
                 "kind": kind,
@@ -222,7 +256,9 @@ async fn corpus_crds_are_established_and_accept_values() {
                 }
             }
             if let Err(e) = created {
-                failures.push(format!("{name} (defaults {apply_defaults}): values.yaml rejected: {e}"));
+                failures.push(format!(
+                    "{name} (defaults {apply_defaults}): values.yaml rejected: {e}"
+                ));
                 continue;
             }
             let stored = api.get("values").await.expect("read back");
@@ -231,16 +267,23 @@ async fn corpus_crds_are_established_and_accept_values() {
             if lost.is_empty() {
                 accepted += 1;
             }
-            failures.extend(lost.into_iter().map(|l| format!("{name} (defaults {apply_defaults}): {l}")));
+            failures.extend(
+                lost.into_iter()
+                    .map(|l| format!("{name} (defaults {apply_defaults}): {l}")),
+            );
             let _ = spec_schema(&crd);
         }
     }
-    eprintln!("corpus: {established}/28 CRDs Established, {accepted}/28 values.yaml objects accepted and intact");
+    eprintln!(
+        "corpus: {established}/28 CRDs Established, {accepted}/28 values.yaml objects accepted and intact"
+    );
     for (_, package) in &charts {
         for suffix in ["", "D"] {
             let kind = format!("{}{suffix}", crd::kind_from_chart(&package.metadata.name));
             let plural = crd::plural_of(&kind.to_lowercase());
-            let _ = crds.delete(&format!("{plural}.{group}"), &DeleteParams::default()).await;
+            let _ = crds
+                .delete(&format!("{plural}.{group}"), &DeleteParams::default())
+                .await;
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -39,25 +39,42 @@ async fn apiserver_serves_a_custom_resource() {
             }]
         }
     }));
-    crds.create(&PostParams::default(), &crd).await.expect("create CRD");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create CRD");
     tokio::time::timeout(
         Duration::from_secs(30),
-        await_condition(crds, "widgets.smoke.compositor.dev", conditions::is_crd_established()),
+        await_condition(
+            crds,
+            "widgets.smoke.compositor.dev",
+            conditions::is_crd_established(),
+        ),
     )
     .await
     .expect("CRD established in time")
     .expect("watch CRD");
 
     let namespace = support::namespace(&client, "smoke-crd").await;
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("smoke.compositor.dev", "v1", "Widget"));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "smoke.compositor.dev",
+        "v1",
+        "Widget",
+    ));
     let widgets: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
     let widget: DynamicObject = from_json(json!({
         "apiVersion": "smoke.compositor.dev/v1", "kind": "Widget",
         "metadata": {"name": "w1"}, "spec": {"size": 3, "pruned": true}
     }));
-    widgets.create(&PostParams::default(), &widget).await.expect("create widget");
+    widgets
+        .create(&PostParams::default(), &widget)
+        .await
+        .expect("create widget");
     let stored = widgets.get("w1").await.expect("read widget");
-    assert_eq!(stored.data["spec"], json!({"size": 3}), "the apiserver prunes unknown fields");
+    assert_eq!(
+        stored.data["spec"],
+        json!({"size": 3}),
+        "the apiserver prunes unknown fields"
+    );
 }
 
 #[tokio::test]
@@ -66,18 +83,34 @@ async fn garbage_collector_deletes_dependents() {
     let namespace = support::namespace(&client, "smoke-gc").await;
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let owner = maps
-        .create(&PostParams::default(), &from_json(json!({"metadata": {"name": "owner"}})))
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": "owner"}})),
+        )
         .await
         .expect("create owner");
     let uid = owner.metadata.uid.expect("owner uid");
-    let dependent: ConfigMap = from_json(json!({"metadata": {"name": "dependent", "ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}
-    ]}}));
-    maps.create(&PostParams::default(), &dependent).await.expect("create dependent");
-    maps.delete("owner", &DeleteParams::background()).await.expect("delete owner");
-    support::eventually("dependent garbage-collected", Duration::from_secs(60), || async {
-        maps.get_opt("dependent").await.expect("read dependent").is_none()
-    })
+    let dependent: ConfigMap = from_json(
+        json!({"metadata": {"name": "dependent", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}
+        ]}}),
+    );
+    maps.create(&PostParams::default(), &dependent)
+        .await
+        .expect("create dependent");
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .expect("delete owner");
+    support::eventually(
+        "dependent garbage-collected",
+        Duration::from_secs(60),
+        || async {
+            maps.get_opt("dependent")
+                .await
+                .expect("read dependent")
+                .is_none()
+        },
+    )
     .await;
 }
 
@@ -93,7 +126,10 @@ async fn rbac_is_enforced_for_service_account_tokens() {
     let role: Role = from_json(json!({"metadata": {"name": "reader"}, "rules": [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     ]}));
-    Api::<Role>::namespaced(client.clone(), &namespace).create(&post, &role).await.expect("create role");
+    Api::<Role>::namespaced(client.clone(), &namespace)
+        .create(&post, &role)
+        .await
+        .expect("create role");
     let binding: RoleBinding = from_json(json!({
         "metadata": {"name": "reader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
@@ -109,7 +145,11 @@ async fn rbac_is_enforced_for_service_account_tokens() {
         .expect("create configmap");
 
     let token = Api::<ServiceAccount>::namespaced(client, &namespace)
-        .create_token_request("reader", &post, &from_json::<TokenRequest>(json!({"spec": {"audiences": []}})))
+        .create_token_request(
+            "reader",
+            &post,
+            &from_json::<TokenRequest>(json!({"spec": {"audiences": []}})),
+        )
         .await
         .expect("token request")
         .status
@@ -124,9 +164,13 @@ async fn rbac_is_enforced_for_service_account_tokens() {
         .get("visible")
         .await
         .expect("the role allows get on configmaps");
-    let listed = Api::<ConfigMap>::namespaced(reader.clone(), &namespace).list(&ListParams::default()).await;
+    let listed = Api::<ConfigMap>::namespaced(reader.clone(), &namespace)
+        .list(&ListParams::default())
+        .await;
     assert_forbidden(listed.map(|_| ()), "list configmaps");
-    let secrets = Api::<Secret>::namespaced(reader, &namespace).get_opt("anything").await;
+    let secrets = Api::<Secret>::namespaced(reader, &namespace)
+        .get_opt("anything")
+        .await;
     assert_forbidden(secrets.map(|_| ()), "get secrets");
 }
 
@@ -161,8 +205,14 @@ async fn apiserver_survives_sustained_load() {
         .await
         .expect("every request under load succeeds");
     assert_eq!(requests, 600);
-    let version = client.apiserver_version().await.expect("apiserver still answers");
-    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "20"));
+    let version = client
+        .apiserver_version()
+        .await
+        .expect("apiserver still answers");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "20")
+    );
 }
 
 #[test]
@@ -170,18 +220,57 @@ fn helm_installs_from_the_oci_registry_with_credentials() {
     let registry = support::env("COMPOSITOR_TEST_REGISTRY");
     let chart = format!("oci://{registry}/charts/plain");
     let helm = support::Helm::new();
-    let anonymous = helm.run(&["pull", &chart, "--version", "0.1.0", "--plain-http", "-d", "/tmp"], None);
-    assert!(!anonymous.status.success(), "the registry must refuse an anonymous pull");
+    let anonymous = helm.run(
+        &[
+            "pull",
+            &chart,
+            "--version",
+            "0.1.0",
+            "--plain-http",
+            "-d",
+            "/tmp",
+        ],
+        None,
+    );
+    assert!(
+        !anonymous.status.success(),
+        "the registry must refuse an anonymous pull"
+    );
 
     let password = support::env("COMPOSITOR_TEST_REGISTRY_PASSWORD");
     let user = support::env("COMPOSITOR_TEST_REGISTRY_USERNAME");
-    helm.ok(&["registry", "login", &registry, "--username", &user, "--password-stdin", "--plain-http"], Some(&password));
+    helm.ok(
+        &[
+            "registry",
+            "login",
+            &registry,
+            "--username",
+            &user,
+            "--password-stdin",
+            "--plain-http",
+        ],
+        Some(&password),
+    );
     let namespace = support::unique("smoke-oci");
     helm.ok(
-        &["install", "from-oci", &chart, "--version", "0.1.0", "--plain-http", "-n", &namespace, "--create-namespace", "--wait=false"],
+        &[
+            "install",
+            "from-oci",
+            &chart,
+            "--version",
+            "0.1.0",
+            "--plain-http",
+            "-n",
+            &namespace,
+            "--create-namespace",
+            "--wait=false",
+        ],
         None,
     );
-    let status = helm.ok(&["status", "from-oci", "-n", &namespace, "-o", "json"], None);
+    let status = helm.ok(
+        &["status", "from-oci", "-n", &namespace, "-o", "json"],
+        None,
+    );
     let status: serde_json::Value = serde_json::from_str(&status).expect("helm status json");
     assert_eq!(status["info"]["status"], "deployed");
     assert_eq!(status["chart"]["metadata"]["version"], "0.1.0");
@@ -194,16 +283,46 @@ fn helm_installs_from_the_chart_repository_with_basic_auth() {
     let password = support::env("COMPOSITOR_TEST_REPO_PASSWORD");
     let helm = support::Helm::new();
     let anonymous = helm.run(&["repo", "add", "anonymous", &url], None);
-    assert!(!anonymous.status.success(), "the repository must refuse anonymous reads");
+    assert!(
+        !anonymous.status.success(),
+        "the repository must refuse anonymous reads"
+    );
 
-    helm.ok(&["repo", "add", "testbed", &url, "--username", &user, "--password-stdin"], Some(&password));
+    helm.ok(
+        &[
+            "repo",
+            "add",
+            "testbed",
+            &url,
+            "--username",
+            &user,
+            "--password-stdin",
+        ],
+        Some(&password),
+    );
     let namespace = support::unique("smoke-repo");
     helm.ok(
-        &["install", "from-repo", "testbed/tenant-addon", "--version", "0.1.0", "-n", &namespace, "--create-namespace"],
+        &[
+            "install",
+            "from-repo",
+            "testbed/tenant-addon",
+            "--version",
+            "0.1.0",
+            "-n",
+            &namespace,
+            "--create-namespace",
+        ],
         None,
     );
     let manifest = helm.ok(&["get", "manifest", "from-repo", "-n", &namespace], None);
-    assert!(manifest.contains("kind: ClusterRole"), "tenant-addon renders its ClusterRole");
-    let log = std::fs::read_to_string(support::env("COMPOSITOR_TEST_REPO_LOG")).expect("repository log");
-    assert!(log.lines().any(|l| l == "GET /tenant-addon-0.1.0.tgz 200"), "chart served by the repository: {log}");
+    assert!(
+        manifest.contains("kind: ClusterRole"),
+        "tenant-addon renders its ClusterRole"
+    );
+    let log =
+        std::fs::read_to_string(support::env("COMPOSITOR_TEST_REPO_LOG")).expect("repository log");
+    assert!(
+        log.lines().any(|l| l == "GET /tenant-addon-0.1.0.tgz 200"),
+        "chart served by the repository: {log}"
+    );
 }

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
     CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
-    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
+    JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::Error;
 use super::naming::{self, NameOverrides, Names};
 use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
 use super::status::status_schema;
-use super::Error;
 use crate::chart::Package;
 use crate::schema::{self, ConvertOptions, Warning};
 
@@ -46,7 +47,10 @@ pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
 
 /// The CRD of `package` with a single version for its chart version, and the warnings of the
 /// schema conversion.
-pub fn build(package: &Package, options: &BuildOptions) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
+pub fn build(
+    package: &Package,
+    options: &BuildOptions,
+) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
     let names = Names::new(&package.metadata.name, &options.names)?;
     let (version, warnings) = build_version(package, options)?;
     Ok((crd(&names, vec![version]), warnings))
@@ -78,11 +82,19 @@ pub fn build_version(
     };
     if spec.description.is_none() {
         spec.description = Some(match &package.metadata.description {
-            Some(d) => format!("Values of the {} chart {}: {d}", package.metadata.name, package.metadata.version),
-            None => format!("Values of the {} chart {}.", package.metadata.name, package.metadata.version),
+            Some(d) => format!(
+                "Values of the {} chart {}: {d}",
+                package.metadata.name, package.metadata.version
+            ),
+            None => format!(
+                "Values of the {} chart {}.",
+                package.metadata.name, package.metadata.version
+            ),
         });
     }
-    let budget = options.max_version_bytes.saturating_sub(size::schema_bytes(&status_schema())?);
+    let budget = options
+        .max_version_bytes
+        .saturating_sub(size::schema_bytes(&status_schema())?);
     if let Some(w) = size::fit(&mut spec, budget, &name)? {
         warnings.push(w);
     }
@@ -93,7 +105,9 @@ pub fn build_version(
 pub fn version(name: &str, spec: JSONSchemaProps) -> CustomResourceDefinitionVersion {
     let root = JSONSchemaProps {
         type_: Some("object".to_owned()),
-        description: Some("A composition: one Helm release of the chart, with `spec` as its values.".to_owned()),
+        description: Some(
+            "A composition: one Helm release of the chart, with `spec` as its values.".to_owned(),
+        ),
         properties: Some(BTreeMap::from([
             ("spec".to_owned(), spec),
             ("status".to_owned(), status_schema()),
@@ -108,7 +122,9 @@ pub fn version(name: &str, spec: JSONSchemaProps) -> CustomResourceDefinitionVer
             open_api_v3_schema: Some(root),
         }),
         subresources: Some(CustomResourceSubresources {
-            status: Some(CustomResourceSubresourceStatus(serde_json::Value::Object(Default::default()))),
+            status: Some(CustomResourceSubresourceStatus(serde_json::Value::Object(
+                Default::default(),
+            ))),
             scale: None,
         }),
         additional_printer_columns: Some(columns()),
@@ -127,6 +143,11 @@ pub fn merge_version(crd: &mut CustomResourceDefinition, version: CustomResource
         Some(existing) => *existing = version,
         None => versions.push(version),
     }
+}
+
+/// The CRD as a YAML document, as `compositor crd` prints it.
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, Error> {
+    serde_saphyr::to_string(crd).map_err(Error::Yaml)
 }
 
 fn crd(names: &Names, versions: Vec<CustomResourceDefinitionVersion>) -> CustomResourceDefinition {
@@ -158,18 +179,39 @@ fn crd(names: &Names, versions: Vec<CustomResourceDefinitionVersion>) -> CustomR
 }
 
 fn columns() -> Vec<CustomResourceColumnDefinition> {
-    let column = |name: &str, type_: &str, path: &str, description: &str| CustomResourceColumnDefinition {
-        name: name.to_owned(),
-        type_: type_.to_owned(),
-        json_path: path.to_owned(),
-        description: Some(description.to_owned()),
-        ..Default::default()
-    };
+    let column =
+        |name: &str, type_: &str, path: &str, description: &str| CustomResourceColumnDefinition {
+            name: name.to_owned(),
+            type_: type_.to_owned(),
+            json_path: path.to_owned(),
+            description: Some(description.to_owned()),
+            ..Default::default()
+        };
     vec![
-        column("Ready", "string", r#".status.conditions[?(@.type=="Ready")].status"#, "Whether every release is ready."),
-        column("Clusters", "string", ".status.clusters[*].name", "Clusters the chart is installed on."),
-        column("Chart", "string", ".status.chart.version", "Installed chart version."),
-        column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
+        column(
+            "Ready",
+            "string",
+            r#".status.conditions[?(@.type=="Ready")].status"#,
+            "Whether every release is ready.",
+        ),
+        column(
+            "Clusters",
+            "string",
+            ".status.clusters[*].name",
+            "Clusters the chart is installed on.",
+        ),
+        column(
+            "Chart",
+            "string",
+            ".status.chart.version",
+            "Installed chart version.",
+        ),
+        column(
+            "Age",
+            "date",
+            ".metadata.creationTimestamp",
+            "Time since creation.",
+        ),
     ]
 }
 
@@ -198,29 +240,64 @@ mod tests {
 
     #[test]
     fn crd_has_names_version_status_and_columns() {
-        let p = package(Some(json!({"type": "object", "properties": {"replicas": {"type": "integer", "description": "How many."}}})));
+        let p = package(Some(
+            json!({"type": "object", "properties": {"replicas": {"type": "integer", "description": "How many."}}}),
+        ));
         let (crd, warnings) = build(&p, &BuildOptions::default()).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(crd.metadata.name.as_deref(), Some("fireworksapps.composition.compositor.dev"));
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("fireworksapps.composition.compositor.dev")
+        );
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, "v1-1-5");
         assert!(v.served && v.storage);
         assert!(v.subresources.as_ref().unwrap().status.is_some());
-        let cols: Vec<&str> = v.additional_printer_columns.as_ref().unwrap().iter().map(|c| c.name.as_str()).collect();
+        let cols: Vec<&str> = v
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(cols, ["Ready", "Clusters", "Chart", "Age"]);
-        let root = v.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let root = v
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         let props = root.properties.as_ref().unwrap();
         let replicas = &props["spec"].properties.as_ref().unwrap()["replicas"];
-        assert_eq!(replicas.description.as_deref(), Some("How many.\n\nDefault: 3"));
-        assert!(props["status"].properties.as_ref().unwrap().contains_key("clusters"));
-        assert_eq!(crd.spec.names.categories.as_ref().unwrap(), &["compositions", "compositor"]);
+        assert_eq!(
+            replicas.description.as_deref(),
+            Some("How many.\n\nDefault: 3")
+        );
+        assert!(
+            props["status"]
+                .properties
+                .as_ref()
+                .unwrap()
+                .contains_key("clusters")
+        );
+        assert_eq!(
+            crd.spec.names.categories.as_ref().unwrap(),
+            &["compositions", "compositor"]
+        );
         assert_eq!(crd.spec.conversion.as_ref().unwrap().strategy, "None");
     }
 
     #[test]
     fn chart_without_schema_keeps_everything() {
         let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
-        let root = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let root = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         let spec = &root.properties.as_ref().unwrap()["spec"];
         assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
     }
@@ -233,7 +310,12 @@ mod tests {
         newer.metadata.version = "1.1.6".to_owned();
         let (v, _) = build_version(&newer, &BuildOptions::default()).unwrap();
         merge_version(&mut crd, v);
-        let stored: Vec<(&str, bool)> = crd.spec.versions.iter().map(|v| (v.name.as_str(), v.storage)).collect();
+        let stored: Vec<(&str, bool)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.storage))
+            .collect();
         assert_eq!(stored, [("v1-1-5", false), ("v1-1-6", true)]);
     }
 
@@ -243,6 +325,9 @@ mod tests {
             version_name: Some("V1".to_owned()),
             ..Default::default()
         };
-        assert_eq!(build(&package(None), &options).unwrap_err().reason(), "InvalidName");
+        assert_eq!(
+            build(&package(None), &options).unwrap_err().reason(),
+            "InvalidName"
+        );
     }
 }

@@ -5,7 +5,7 @@ mod naming;
 mod size;
 mod status;
 
-pub use build::{BuildOptions, CATEGORIES, build, build_version, merge_version, version};
+pub use build::{BuildOptions, CATEGORIES, build, build_version, merge_version, to_yaml, version};
 pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
 pub use status::status_schema;
@@ -24,7 +24,9 @@ pub enum Error {
         problem: String,
     },
     /// A version's schema is larger than its budget even without descriptions.
-    #[error("the schema of version {version} is {size} bytes, over the limit of {limit} bytes even without descriptions")]
+    #[error(
+        "the schema of version {version} is {size} bytes, over the limit of {limit} bytes even without descriptions"
+    )]
     TooLarge {
         /// CRD version name.
         version: String,
@@ -36,6 +38,9 @@ pub enum Error {
     /// The schema could not be serialised (a bug, not an input problem).
     #[error("cannot serialise the schema")]
     Serialize(#[source] serde_json::Error),
+    /// The CRD could not be written as YAML (a bug, not an input problem).
+    #[error("cannot write the CRD as YAML")]
+    Yaml(#[source] serde_saphyr::SerializeError),
 }
 
 impl Error {
@@ -44,7 +49,7 @@ impl Error {
         match self {
             Error::InvalidName { .. } => "InvalidName",
             Error::TooLarge { .. } => "SchemaTooLarge",
-            Error::Serialize(_) => "SerializationFailed",
+            Error::Serialize(_) | Error::Yaml(_) => "SerializationFailed",
         }
     }
 }

@@ -50,7 +50,10 @@ impl Names {
             None => plural_of(&singular),
         };
         check_label("plural", &plural)?;
-        let group = overrides.group.clone().unwrap_or_else(|| DEFAULT_GROUP.to_owned());
+        let group = overrides
+            .group
+            .clone()
+            .unwrap_or_else(|| DEFAULT_GROUP.to_owned());
         check_group(&group)?;
         for s in &overrides.short_names {
             check_label("shortNames", s)?;
@@ -104,7 +107,10 @@ pub fn plural_of(singular: &str) -> String {
             .is_some_and(|c| !matches!(c, 'a' | 'e' | 'i' | 'o' | 'u'));
     if consonant_y {
         format!("{}ies", &singular[..singular.len() - 1])
-    } else if ["s", "x", "z", "ch", "sh"].iter().any(|end| singular.ends_with(end)) {
+    } else if ["s", "x", "z", "ch", "sh"]
+        .iter()
+        .any(|end| singular.ends_with(end))
+    {
         format!("{singular}es")
     } else {
         format!("{singular}s")
@@ -154,7 +160,9 @@ fn check_label(field: &'static str, value: &str) -> Result<(), Error> {
         && value.len() <= 63
         && value.starts_with(|c: char| c.is_ascii_lowercase())
         && !value.ends_with('-')
-        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if ok {
         Ok(())
     } else {
@@ -174,7 +182,8 @@ fn check_group(group: &str) -> Result<(), Error> {
             && l.len() <= 63
             && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
             && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     });
     if labels_ok && group.contains('.') && group.len() <= 253 {
         Ok(())
@@ -194,7 +203,10 @@ mod tests {
     #[test]
     fn kinds_from_chart_names() {
         assert_eq!(kind_from_chart("fireworks-app"), "FireworksApp");
-        assert_eq!(kind_from_chart("opentelemetry-collector"), "OpentelemetryCollector");
+        assert_eq!(
+            kind_from_chart("opentelemetry-collector"),
+            "OpentelemetryCollector"
+        );
         assert_eq!(kind_from_chart("my_chart.v2"), "MyChartV2");
         assert_eq!(kind_from_chart("redis"), "Redis");
     }

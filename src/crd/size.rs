@@ -15,12 +15,18 @@ pub const DEFAULT_MAX_VERSION_BYTES: usize = 256 * 1024;
 
 /// The serialised size of a schema in bytes.
 pub fn schema_bytes(schema: &JSONSchemaProps) -> Result<usize, Error> {
-    serde_json::to_vec(schema).map(|v| v.len()).map_err(Error::Serialize)
+    serde_json::to_vec(schema)
+        .map(|v| v.len())
+        .map_err(Error::Serialize)
 }
 
 /// Shrinks `schema` under `limit` by removing descriptions, longest first; a warning says how
 /// many went. Fails when the schema is too large even without them.
-pub fn fit(schema: &mut JSONSchemaProps, limit: usize, version: &str) -> Result<Option<Warning>, Error> {
+pub fn fit(
+    schema: &mut JSONSchemaProps,
+    limit: usize,
+    version: &str,
+) -> Result<Option<Warning>, Error> {
     let size = schema_bytes(schema)?;
     if size <= limit {
         return Ok(None);
@@ -66,7 +72,9 @@ pub fn fit(schema: &mut JSONSchemaProps, limit: usize, version: &str) -> Result<
     Ok(Some(Warning::new(
         "spec",
         "description",
-        format!("{removed} descriptions removed, longest first, to fit the schema in {limit} bytes"),
+        format!(
+            "{removed} descriptions removed, longest first, to fit the schema in {limit} bytes"
+        ),
     )))
 }
 

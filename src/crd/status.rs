@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSONSchemaProps, JSONSchemaPropsOrArray, JSON};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    JSON, JSONSchemaProps, JSONSchemaPropsOrArray,
+};
 
 fn string(description: &str) -> JSONSchemaProps {
     JSONSchemaProps {
@@ -40,7 +42,11 @@ fn phase(description: &str) -> JSONSchemaProps {
     }
 }
 
-fn object(description: &str, properties: &[(&str, JSONSchemaProps)], required: &[&str]) -> JSONSchemaProps {
+fn object(
+    description: &str,
+    properties: &[(&str, JSONSchemaProps)],
+    required: &[&str],
+) -> JSONSchemaProps {
     JSONSchemaProps {
         type_: Some("object".to_owned()),
         description: Some(description.to_owned()),
@@ -50,7 +56,8 @@ fn object(description: &str, properties: &[(&str, JSONSchemaProps)], required: &
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect::<BTreeMap<_, _>>(),
         ),
-        required: (!required.is_empty()).then(|| required.iter().map(|r| (*r).to_owned()).collect()),
+        required: (!required.is_empty())
+            .then(|| required.iter().map(|r| (*r).to_owned()).collect()),
         ..Default::default()
     }
 }
@@ -72,14 +79,31 @@ pub fn status_schema() -> JSONSchemaProps {
     let condition = object(
         "A standard Kubernetes condition.",
         &[
-            ("type", string("Type of the condition, e.g. Ready or Installed.")),
-            ("status", JSONSchemaProps {
-                enum_: Some(["True", "False", "Unknown"].into_iter().map(|s| JSON(s.into())).collect()),
-                ..string("True, False or Unknown.")
-            }),
-            ("reason", string("PascalCase reason of the last transition.")),
+            (
+                "type",
+                string("Type of the condition, e.g. Ready or Installed."),
+            ),
+            (
+                "status",
+                JSONSchemaProps {
+                    enum_: Some(
+                        ["True", "False", "Unknown"]
+                            .into_iter()
+                            .map(|s| JSON(s.into()))
+                            .collect(),
+                    ),
+                    ..string("True, False or Unknown.")
+                },
+            ),
+            (
+                "reason",
+                string("PascalCase reason of the last transition."),
+            ),
             ("message", string("Human-readable details.")),
-            ("observedGeneration", int64("Generation the condition was computed from.")),
+            (
+                "observedGeneration",
+                int64("Generation the condition was computed from."),
+            ),
             ("lastTransitionTime", time("When the status last changed.")),
         ],
         &["type", "status"],
@@ -87,12 +111,21 @@ pub fn status_schema() -> JSONSchemaProps {
     let cluster = object(
         "The release of this composition on one cluster.",
         &[
-            ("name", string("Cluster name (`local` for the management cluster).")),
-            ("namespace", string("Namespace the chart is installed into.")),
+            (
+                "name",
+                string("Cluster name (`local` for the management cluster)."),
+            ),
+            (
+                "namespace",
+                string("Namespace the chart is installed into."),
+            ),
             ("release", string("Helm release name.")),
             ("revision", int64("Helm release revision.")),
             ("phase", phase("Ready, Progressing, Failed or Paused.")),
-            ("fingerprint", string("Digest of chart, values, target and engine version of the last install.")),
+            (
+                "fingerprint",
+                string("Digest of chart, values, target and engine version of the last install."),
+            ),
             ("message", string("Details of the last action.")),
             ("lastTransitionTime", time("When the phase last changed.")),
         ],
@@ -103,7 +136,10 @@ pub fn status_schema() -> JSONSchemaProps {
         &[
             ("apiVersion", string("API version.")),
             ("kind", string("Kind.")),
-            ("namespace", string("Namespace, empty for cluster-scoped objects.")),
+            (
+                "namespace",
+                string("Namespace, empty for cluster-scoped objects."),
+            ),
             ("name", string("Name.")),
         ],
         &[],
@@ -117,18 +153,34 @@ pub fn status_schema() -> JSONSchemaProps {
     object(
         "Observed state of the composition, written by compositor.",
         &[
-            ("conditions", map_list("Ready and Installed, kstatus-compatible.", condition, "type")),
-            ("observedGeneration", int64("Generation of the spec last acted on.")),
+            (
+                "conditions",
+                map_list(
+                    "Ready and Installed, kstatus-compatible.",
+                    condition,
+                    "type",
+                ),
+            ),
+            (
+                "observedGeneration",
+                int64("Generation of the spec last acted on."),
+            ),
             ("phase", phase("Ready, Progressing, Failed or Paused.")),
-            ("chart", object(
-                "The chart the composition is installed from.",
-                &[
-                    ("version", string("Chart version.")),
-                    ("digest", string("sha256 digest of the chart archive.")),
-                ],
-                &[],
-            )),
-            ("clusters", map_list("One entry per target cluster.", cluster, "name")),
+            (
+                "chart",
+                object(
+                    "The chart the composition is installed from.",
+                    &[
+                        ("version", string("Chart version.")),
+                        ("digest", string("sha256 digest of the chart archive.")),
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "clusters",
+                map_list("One entry per target cluster.", cluster, "name"),
+            ),
             ("resources", resources),
         ],
         &[],

@@ -68,12 +68,21 @@ pub(crate) struct Converter<'w> {
 impl Converter<'_> {
     /// Converts `schema`, the node for the value at `path`; `values` is the chart's values.yaml
     /// at that path (for `required` and for the default shown in descriptions).
-    pub(crate) fn convert(&mut self, schema: &Value, path: &str, values: Option<&Value>) -> JSONSchemaProps {
+    pub(crate) fn convert(
+        &mut self,
+        schema: &Value,
+        path: &str,
+        values: Option<&Value>,
+    ) -> JSONSchemaProps {
         let map = match schema {
             Value::Object(m) => flatten(m, path, self.warnings),
             Value::Bool(true) => return any_value(None),
             Value::Bool(false) => {
-                self.warn(path, "false", "a schema that allows no value cannot be expressed; any value is accepted");
+                self.warn(
+                    path,
+                    "false",
+                    "a schema that allows no value cannot be expressed; any value is accepted",
+                );
                 return any_value(None);
             }
             _ => {
@@ -85,7 +94,11 @@ impl Converter<'_> {
         self.const_to_enum(&mut m, path);
         for key in UNSUPPORTED {
             if m.contains_key(*key) {
-                self.warn(path, key, "not expressible in a CRD schema; dropped (still checked before install)");
+                self.warn(
+                    path,
+                    key,
+                    "not expressible in a CRD schema; dropped (still checked before install)",
+                );
             }
         }
         let (kind, mut nullable) = self.kind(&m, path);
@@ -158,7 +171,11 @@ impl Converter<'_> {
                 continue;
             }
             let declared = type_list(b.get("type"));
-            if declared.as_ref().is_some_and(|t| t.iter().any(|x| x == "null")) || b.get(NULLABLE).is_some() {
+            if declared
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|x| x == "null"))
+                || b.get(NULLABLE).is_some()
+            {
                 nullable = true;
             }
             let types: Vec<String> = match declared {
@@ -172,13 +189,24 @@ impl Converter<'_> {
                 typed.push((types, b));
             }
         }
-        let mut out = if typed.is_empty() {
+        if typed.is_empty() {
             if untyped > 0 {
                 self.warn(path, junctor, "branches that only add constraints were dropped (still checked before install)");
+                return Map::new();
             }
-            Map::new()
-        } else if untyped > 0 {
-            self.warn(path, junctor, "a branch accepts any type, so the node accepts any value");
+            // Only null branches: the node is null, which a structural schema cannot say alone.
+            return if nullable {
+                Map::from_iter([("type".to_owned(), Value::String("null".to_owned()))])
+            } else {
+                Map::new()
+            };
+        }
+        let mut out = if untyped > 0 {
+            self.warn(
+                path,
+                junctor,
+                "a branch accepts any type, so the node accepts any value",
+            );
             Map::from_iter([(ANY.to_owned(), Value::Bool(true))])
         } else if typed.len() == 1 {
             typed.remove(0).1
@@ -191,7 +219,10 @@ impl Converter<'_> {
                     if !t.iter().any(|x| x == "null") {
                         t.push("null".to_owned());
                     }
-                    out.insert("type".to_owned(), Value::Array(t.into_iter().map(Value::String).collect()));
+                    out.insert(
+                        "type".to_owned(),
+                        Value::Array(t.into_iter().map(Value::String).collect()),
+                    );
                 }
                 None => {
                     out.insert(NULLABLE.to_owned(), Value::Bool(true));
@@ -267,9 +298,11 @@ impl Converter<'_> {
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|n| {
-                        typed
-                            .iter()
-                            .all(|(_, b)| b.get("required").and_then(Value::as_array).is_some_and(|r| r.contains(n)))
+                        typed.iter().all(|(_, b)| {
+                            b.get("required")
+                                .and_then(Value::as_array)
+                                .is_some_and(|r| r.contains(n))
+                        })
                     })
                     .collect();
                 out.insert("type".to_owned(), Value::String("object".to_owned()));
@@ -282,7 +315,11 @@ impl Converter<'_> {
                 if !required.is_empty() {
                     out.insert("required".to_owned(), Value::Array(required));
                 }
-                self.warn(path, junctor, "object branches merged into one object with the union of their properties");
+                self.warn(
+                    path,
+                    junctor,
+                    "object branches merged into one object with the union of their properties",
+                );
             }
             [t] if t == "array" => {
                 let mut items: Vec<Value> = Vec::new();
@@ -299,7 +336,11 @@ impl Converter<'_> {
                     Value::Object(Map::from_iter([(junctor.to_owned(), Value::Array(items))]))
                 };
                 out.insert("items".to_owned(), items);
-                self.warn(path, junctor, "array branches merged into one array whose items may match any branch");
+                self.warn(
+                    path,
+                    junctor,
+                    "array branches merged into one array whose items may match any branch",
+                );
             }
             _ if single_typed && all.iter().all(|t| is_scalar(t)) && disjoint(&typed) => {
                 // Branches of different scalar types: every keyword applies to one type only,
@@ -311,7 +352,10 @@ impl Converter<'_> {
                         }
                     }
                 }
-                out.insert("type".to_owned(), Value::Array(all.iter().cloned().map(Value::String).collect()));
+                out.insert(
+                    "type".to_owned(),
+                    Value::Array(all.iter().cloned().map(Value::String).collect()),
+                );
                 match enums {
                     Some(e) => {
                         out.insert("enum".to_owned(), Value::Array(e));
@@ -324,9 +368,10 @@ impl Converter<'_> {
             }
             [t] if is_scalar(t) => {
                 out.insert("type".to_owned(), Value::String(t.clone()));
-                let extra = typed
-                    .iter()
-                    .any(|(_, b)| b.keys().any(|k| !matches!(k.as_str(), "type" | "enum" | "description" | "title")));
+                let extra = typed.iter().any(|(_, b)| {
+                    b.keys()
+                        .any(|k| !matches!(k.as_str(), "type" | "enum" | "description" | "title"))
+                });
                 match enums {
                     Some(e) => {
                         out.insert("enum".to_owned(), Value::Array(e));
@@ -337,14 +382,23 @@ impl Converter<'_> {
                     None => {}
                 }
                 if extra {
-                    self.warn(path, junctor, format!("constraints of the {t} branches dropped (still checked before install)"));
+                    self.warn(
+                        path,
+                        junctor,
+                        format!(
+                            "constraints of the {t} branches dropped (still checked before install)"
+                        ),
+                    );
                 }
             }
             _ => {
                 self.warn(
                     path,
                     junctor,
-                    format!("branches of types {} cannot be expressed together; any value is accepted", all.join(", ")),
+                    format!(
+                        "branches of types {} cannot be expressed together; any value is accepted",
+                        all.join(", ")
+                    ),
                 );
                 out.insert(ANY.to_owned(), Value::Bool(true));
             }
@@ -355,7 +409,11 @@ impl Converter<'_> {
     fn const_to_enum(&mut self, m: &mut Map<String, Value>, path: &str) {
         let Some(c) = m.remove("const") else { return };
         if c.is_object() || c.is_array() {
-            self.warn(path, "const", "a constant object or list cannot be expressed; dropped");
+            self.warn(
+                path,
+                "const",
+                "a constant object or list cannot be expressed; dropped",
+            );
             return;
         }
         let list = match m.get("enum").and_then(Value::as_array) {
@@ -372,8 +430,7 @@ impl Converter<'_> {
     /// Settles the node's kind and whether null is allowed.
     fn kind(&mut self, m: &Map<String, Value>, path: &str) -> (Kind, bool) {
         let mut nullable = m.get(NULLABLE) == Some(&Value::Bool(true))
-            || m
-                .get("enum")
+            || m.get("enum")
                 .and_then(Value::as_array)
                 .is_some_and(|e| e.iter().any(Value::is_null));
         if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
@@ -388,12 +445,18 @@ impl Converter<'_> {
                 for t in declared {
                     match t.as_str() {
                         "null" => {}
-                        "string" | "integer" | "number" | "boolean" | "object" | "array" => types.push(t),
+                        "string" | "integer" | "number" | "boolean" | "object" | "array" => {
+                            types.push(t)
+                        }
                         other => self.warn(path, "type", format!("unknown type {other:?} ignored")),
                     }
                 }
                 if types.is_empty() {
-                    self.warn(path, "type", "type null alone cannot be expressed; any value is accepted");
+                    self.warn(
+                        path,
+                        "type",
+                        "type null alone cannot be expressed; any value is accepted",
+                    );
                     return (Kind::Any, true);
                 }
                 normalize_types(types)
@@ -416,12 +479,17 @@ impl Converter<'_> {
                 "number" => Kind::Scalar("number"),
                 _ => Kind::Scalar("boolean"),
             },
-            [a, b] if (a == "integer" && b == "string") || (a == "string" && b == "integer") => Kind::IntOrString,
+            [a, b] if (a == "integer" && b == "string") || (a == "string" && b == "integer") => {
+                Kind::IntOrString
+            }
             _ => {
                 self.warn(
                     path,
                     "type",
-                    format!("values of types {} cannot be expressed together; any value is accepted", types.join(", ")),
+                    format!(
+                        "values of types {} cannot be expressed together; any value is accepted",
+                        types.join(", ")
+                    ),
                 );
                 Kind::Any
             }
@@ -469,7 +537,13 @@ impl Converter<'_> {
     }
 
     /// A string, number, integer, boolean or int-or-string node (`ty` is `None` for the latter).
-    fn scalar(&mut self, m: &Map<String, Value>, path: &str, ty: Option<&'static str>, nullable: &mut bool) -> JSONSchemaProps {
+    fn scalar(
+        &mut self,
+        m: &Map<String, Value>,
+        path: &str,
+        ty: Option<&'static str>,
+        nullable: &mut bool,
+    ) -> JSONSchemaProps {
         let mut p = JSONSchemaProps::default();
         match ty {
             Some(t) => p.type_ = Some(t.to_owned()),
@@ -481,7 +555,11 @@ impl Converter<'_> {
             if format_known(f, t) {
                 p.format = Some(f.to_owned());
             } else {
-                self.warn(path, "format", format!("format {f:?} is not validated by Kubernetes; dropped"));
+                self.warn(
+                    path,
+                    "format",
+                    format!("format {f:?} is not validated by Kubernetes; dropped"),
+                );
             }
         }
         if stringy {
@@ -501,18 +579,29 @@ impl Converter<'_> {
         if numeric {
             (p.minimum, p.exclusive_minimum) = bound(m, "minimum", "exclusiveMinimum", true);
             (p.maximum, p.exclusive_maximum) = bound(m, "maximum", "exclusiveMaximum", false);
-            p.multiple_of = m.get("multipleOf").and_then(Value::as_f64).filter(|v| *v > 0.0);
+            p.multiple_of = m
+                .get("multipleOf")
+                .and_then(Value::as_f64)
+                .filter(|v| *v > 0.0);
         }
         if let Some(values) = m.get("enum").and_then(Value::as_array) {
             let fitting: Vec<Value> = values.iter().filter(|v| fits(v, ty)).cloned().collect();
             if fitting.is_empty() {
                 if !values.iter().all(Value::is_null) {
-                    self.warn(path, "enum", "no enum value has the field's type; enum dropped");
+                    self.warn(
+                        path,
+                        "enum",
+                        "no enum value has the field's type; enum dropped",
+                    );
                 }
             } else if *nullable {
                 // The apiserver checks a null against the enum and always fails it, so a field
                 // that allows null cannot keep an enum; the values are kept in the description.
-                self.warn(path, "enum", "dropped because the field also allows null (listed in the description)");
+                self.warn(
+                    path,
+                    "enum",
+                    "dropped because the field also allows null (listed in the description)",
+                );
             } else {
                 p.enum_ = Some(fitting.into_iter().map(JSON).collect());
             }
@@ -520,7 +609,12 @@ impl Converter<'_> {
         p
     }
 
-    fn object(&mut self, m: &Map<String, Value>, path: &str, values: Option<&Value>) -> JSONSchemaProps {
+    fn object(
+        &mut self,
+        m: &Map<String, Value>,
+        path: &str,
+        values: Option<&Value>,
+    ) -> JSONSchemaProps {
         let mut p = JSONSchemaProps {
             type_: Some("object".to_owned()),
             ..Default::default()
@@ -533,7 +627,10 @@ impl Converter<'_> {
             }
         }
         let additional = m.get("additionalProperties");
-        let pattern_props = m.get("patternProperties").and_then(Value::as_object).filter(|pp| !pp.is_empty());
+        let pattern_props = m
+            .get("patternProperties")
+            .and_then(Value::as_object)
+            .filter(|pp| !pp.is_empty());
         let mut preserve = false;
         if !properties.is_empty() {
             let closed = additional == Some(&Value::Bool(false)) && pattern_props.is_none();
@@ -561,7 +658,8 @@ impl Converter<'_> {
                     distinct.push(s);
                 }
             }
-            let extra_schema = additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty()));
+            let extra_schema =
+                additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty()));
             if distinct.len() == 1 && !extra_schema {
                 let keys: Vec<&str> = pp.keys().map(String::as_str).collect();
                 let s = self.convert(distinct[0], &format!("{path}{{*}}"), None);
@@ -569,11 +667,18 @@ impl Converter<'_> {
                 self.warn(
                     path,
                     "patternProperties",
-                    format!("key pattern {} not enforced; every value is validated by its schema", keys.join(" | ")),
+                    format!(
+                        "key pattern {} not enforced; every value is validated by its schema",
+                        keys.join(" | ")
+                    ),
                 );
             } else {
                 preserve = true;
-                self.warn(path, "patternProperties", "several key patterns cannot be expressed; values kept unvalidated");
+                self.warn(
+                    path,
+                    "patternProperties",
+                    "several key patterns cannot be expressed; values kept unvalidated",
+                );
             }
         } else {
             match additional {
@@ -584,6 +689,11 @@ impl Converter<'_> {
                 Some(Value::Bool(false)) => {}
                 _ => preserve = true,
             }
+        }
+        if m.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+            // The chart's author asked for it explicitly.
+            preserve = true;
+            p.additional_properties = None;
         }
         if let Some(Value::String(t)) = m.get("x-kubernetes-map-type")
             && matches!(t.as_str(), "atomic" | "granular")
@@ -596,7 +706,9 @@ impl Converter<'_> {
             for name in required.iter().filter_map(Value::as_str) {
                 if !properties.contains_key(name) {
                     undeclared.push(name.to_owned());
-                } else if values.and_then(|v| v.get(name)).is_none_or(Value::is_null) && !keep.iter().any(|k| k == name) {
+                } else if values.and_then(|v| v.get(name)).is_none_or(Value::is_null)
+                    && !keep.iter().any(|k| k == name)
+                {
                     // A key the chart's values.yaml supplies is present after Helm merges
                     // values, so requiring it again would force users to repeat a default.
                     keep.push(name.to_owned());
@@ -631,12 +743,15 @@ impl Converter<'_> {
             type_: Some("array".to_owned()),
             ..Default::default()
         };
-        let tuple = m.get("prefixItems").or_else(|| m.get("items").filter(|i| i.is_array()));
+        let tuple = m
+            .get("prefixItems")
+            .or_else(|| m.get("items").filter(|i| i.is_array()));
         let items = match (tuple, m.get("items")) {
             (Some(Value::Array(entries)), _) => {
                 let first = entries.first();
                 let same = first.is_some_and(|f| entries.iter().all(|e| e == f))
-                    && m.get("items").is_none_or(|i| i.is_array() || Some(i) == first);
+                    && m.get("items")
+                        .is_none_or(|i| i.is_array() || Some(i) == first);
                 if let (true, Some(f)) = (same, first) {
                     self.convert(f, &item_path, None)
                 } else {
@@ -652,7 +767,11 @@ impl Converter<'_> {
             _ => any_value(None),
         };
         if m.contains_key("additionalItems") {
-            self.warn(path, "additionalItems", "not expressible in a CRD schema; dropped");
+            self.warn(
+                path,
+                "additionalItems",
+                "not expressible in a CRD schema; dropped",
+            );
         }
         let scalar_items = items
             .type_
@@ -669,7 +788,11 @@ impl Converter<'_> {
         } else if list_type == Some("atomic") {
             p.x_kubernetes_list_type = Some("atomic".to_owned());
         } else if list_type == Some("map") {
-            self.warn(path, "x-kubernetes-list-type", "map lists need keys the chart cannot guarantee; dropped");
+            self.warn(
+                path,
+                "x-kubernetes-list-type",
+                "map lists need keys the chart cannot guarantee; dropped",
+            );
         }
         p.min_items = count(m, "minItems");
         p.max_items = p.max_items.or_else(|| count(m, "maxItems"));
@@ -679,7 +802,13 @@ impl Converter<'_> {
 
     /// Keeps the schema's default when it validates, and defaults parents to `{}` so that the
     /// apiserver descends into them.
-    fn keep_default(&mut self, m: &Map<String, Value>, p: &mut JSONSchemaProps, kind: Kind, path: &str) {
+    fn keep_default(
+        &mut self,
+        m: &Map<String, Value>,
+        p: &mut JSONSchemaProps,
+        kind: Kind,
+        path: &str,
+    ) {
         match m.get("default") {
             Some(Value::Null) | None => {
                 let child_defaults = p
@@ -700,7 +829,10 @@ impl Converter<'_> {
                     self.warn(
                         path,
                         "default",
-                        format!("default {} does not validate against the field's schema; dropped", short(d)),
+                        format!(
+                            "default {} does not validate against the field's schema; dropped",
+                            short(d)
+                        ),
                     );
                 }
             }
@@ -709,11 +841,17 @@ impl Converter<'_> {
 
     /// A subchart's values key must never be pruned: Helm hands it to the subchart.
     fn subchart_survives(&mut self, p: &mut JSONSchemaProps, path: &str) {
-        if p.type_.as_deref() != Some("object") && p.x_kubernetes_preserve_unknown_fields == Some(true) {
+        if p.type_.as_deref() != Some("object")
+            && p.x_kubernetes_preserve_unknown_fields == Some(true)
+        {
             return;
         }
         if p.type_.as_deref() != Some("object") {
-            self.warn(path, "type", "a subchart's values must be an object; type replaced");
+            self.warn(
+                path,
+                "type",
+                "a subchart's values must be an object; type replaced",
+            );
             *p = JSONSchemaProps {
                 description: p.description.take(),
                 ..any_value(Some("object"))
@@ -721,7 +859,11 @@ impl Converter<'_> {
             return;
         }
         if p.additional_properties.take().is_some() {
-            self.warn(path, "additionalProperties", "a subchart's values keep every key; map schema dropped");
+            self.warn(
+                path,
+                "additionalProperties",
+                "a subchart's values keep every key; map schema dropped",
+            );
         }
         p.x_kubernetes_preserve_unknown_fields = Some(true);
     }
@@ -738,7 +880,8 @@ pub(crate) fn any_value(ty: Option<&str>) -> JSONSchemaProps {
 }
 
 fn is_null_only(b: &Map<String, Value>) -> bool {
-    let type_null = type_list(b.get("type")).is_some_and(|t| !t.is_empty() && t.iter().all(|x| x == "null"));
+    let type_null =
+        type_list(b.get("type")).is_some_and(|t| !t.is_empty() && t.iter().all(|x| x == "null"));
     let enum_null = b
         .get("enum")
         .and_then(Value::as_array)
@@ -787,10 +930,23 @@ fn infer_types(m: &Map<String, Value>) -> Vec<String> {
             types.push(t.to_owned());
         }
     };
-    if has(&["properties", "additionalProperties", "patternProperties", "required", "minProperties", "maxProperties"]) {
+    if has(&[
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "required",
+        "minProperties",
+        "maxProperties",
+    ]) {
         add("object");
     }
-    if has(&["items", "prefixItems", "minItems", "maxItems", "uniqueItems"]) {
+    if has(&[
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+    ]) {
         add("array");
     }
     if has(&["pattern", "minLength", "maxLength"]) {
@@ -803,7 +959,13 @@ fn infer_types(m: &Map<String, Value>) -> Vec<String> {
             }
         }
     }
-    if has(&["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"]) {
+    if has(&[
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+    ]) {
         add("number");
     }
     if let Some(values) = m.get("enum").and_then(Value::as_array) {
@@ -824,7 +986,8 @@ fn infer_types(m: &Map<String, Value>) -> Vec<String> {
 
 /// Whether an enum value can be a value of the node.
 fn fits(v: &Value, ty: Option<&str>) -> bool {
-    let integer = |v: &Value| v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0);
+    let integer =
+        |v: &Value| v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0);
     match ty {
         None => v.is_string() || integer(v),
         Some("string") => v.is_string(),
@@ -842,7 +1005,12 @@ fn count(m: &Map<String, Value>, key: &str) -> Option<i64> {
 
 /// A bound and whether it is exclusive, from draft-04 (boolean) or draft-06+ (numeric)
 /// exclusive keywords; with both a bound and an exclusive bound, the tighter wins.
-fn bound(m: &Map<String, Value>, key: &str, exclusive_key: &str, lower: bool) -> (Option<f64>, Option<bool>) {
+fn bound(
+    m: &Map<String, Value>,
+    key: &str,
+    exclusive_key: &str,
+    lower: bool,
+) -> (Option<f64>, Option<bool>) {
     let inclusive = m.get(key).and_then(Value::as_f64);
     match m.get(exclusive_key) {
         Some(Value::Bool(true)) if inclusive.is_some() => (inclusive, Some(true)),

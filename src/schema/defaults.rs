@@ -27,20 +27,28 @@ pub(crate) fn validates(value: &Value, s: &JSONSchemaProps) -> bool {
         Some("number") => value.is_number() && scalar_ok(value, s),
         Some("boolean") => value.is_boolean(),
         Some("array") => {
-            let Some(items) = value.as_array() else { return false };
+            let Some(items) = value.as_array() else {
+                return false;
+            };
             let len = items.len() as i64;
             if s.min_items.is_some_and(|m| len < m) || s.max_items.is_some_and(|m| len > m) {
                 return false;
             }
             match &s.items {
-                Some(JSONSchemaPropsOrArray::Schema(item)) => items.iter().all(|v| validates(v, item)),
+                Some(JSONSchemaPropsOrArray::Schema(item)) => {
+                    items.iter().all(|v| validates(v, item))
+                }
                 _ => true,
             }
         }
         Some("object") => {
-            let Some(map) = value.as_object() else { return false };
+            let Some(map) = value.as_object() else {
+                return false;
+            };
             let len = map.len() as i64;
-            if s.min_properties.is_some_and(|m| len < m) || s.max_properties.is_some_and(|m| len > m) {
+            if s.min_properties.is_some_and(|m| len < m)
+                || s.max_properties.is_some_and(|m| len > m)
+            {
                 return false;
             }
             if let Some(required) = &s.required
@@ -84,7 +92,9 @@ fn scalar_ok(value: &Value, s: &JSONSchemaProps) -> bool {
     if let Some(n) = value.as_f64() {
         let below = |m: f64, ex: Option<bool>| if ex == Some(true) { n <= m } else { n < m };
         let above = |m: f64, ex: Option<bool>| if ex == Some(true) { n >= m } else { n > m };
-        if s.minimum.is_some_and(|m| below(m, s.exclusive_minimum)) || s.maximum.is_some_and(|m| above(m, s.exclusive_maximum)) {
+        if s.minimum.is_some_and(|m| below(m, s.exclusive_minimum))
+            || s.maximum.is_some_and(|m| above(m, s.exclusive_maximum))
+        {
             return false;
         }
         if let Some(step) = s.multiple_of
@@ -117,7 +127,9 @@ mod tests {
         let s = schema(json!({"type": "object", "properties": {"a": {"type": "string"}}}));
         assert!(validates(&json!({"a": "x"}), &s));
         assert!(!validates(&json!({"b": "x"}), &s));
-        let open = schema(json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-preserve-unknown-fields": true}));
+        let open = schema(
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-preserve-unknown-fields": true}),
+        );
         assert!(validates(&json!({"b": "x"}), &open));
     }
 

@@ -124,17 +124,15 @@ fn go_only_syntax(pattern: &str) -> Result<(), String> {
                 return Err("trailing backslash".to_owned());
             };
             match next {
-                'u' | 'U' => return Err("\\u escapes are not supported by RE2 (use \\x{...})".to_owned()),
-                'p' | 'P' => {
-                    if chars.get(i + 2) == Some(&'{') {
-                        let name: String = chars[i + 3..].iter().take_while(|&&c| c != '}').collect();
-                        let short = name.len() <= 2 && name.chars().all(|c| c.is_ascii_alphabetic());
-                        let script = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-                            && name.chars().all(|c| c.is_ascii_alphabetic() || c == '_')
-                            && GO_SCRIPTS.contains(&name.as_str());
-                        if !(short || script) {
-                            return Err(format!("Unicode class {name:?} may not be known to RE2"));
-                        }
+                'u' | 'U' => {
+                    return Err("\\u escapes are not supported by RE2 (use \\x{...})".to_owned());
+                }
+                'p' | 'P' if chars.get(i + 2) == Some(&'{') => {
+                    let name: String = chars[i + 3..].iter().take_while(|&&c| c != '}').collect();
+                    let short = name.len() <= 2 && name.chars().all(|c| c.is_ascii_alphabetic());
+                    let script = GO_SCRIPTS.contains(&name.as_str());
+                    if !(short || script) {
+                        return Err(format!("Unicode class {name:?} may not be known to RE2"));
                     }
                 }
                 _ => {}
@@ -144,7 +142,9 @@ fn go_only_syntax(pattern: &str) -> Result<(), String> {
         }
         if in_class {
             match c {
-                ']' if i > class_start + 1 || (i == class_start + 1 && chars[class_start] != '^') => {
+                ']' if i > class_start + 1
+                    || (i == class_start + 1 && chars[class_start] != '^') =>
+                {
                     in_class = false
                 }
                 '[' if chars.get(i + 1) != Some(&':') => {
@@ -193,7 +193,10 @@ fn go_only_syntax(pattern: &str) -> Result<(), String> {
                     if !flags.starts_with("P<") {
                         return Err("named group syntax not supported by RE2".to_owned());
                     }
-                } else if !flags.chars().all(|c| matches!(c, 'i' | 'm' | 's' | 'U' | '-')) {
+                } else if !flags
+                    .chars()
+                    .all(|c| matches!(c, 'i' | 'm' | 's' | 'U' | '-'))
+                {
                     return Err(format!("group flags {flags:?} not supported by RE2"));
                 }
             }
@@ -230,8 +233,20 @@ fn counts_too_big(op: &[char]) -> bool {
 
 /// Scripts Go's `unicode` package knows that are common in schemas; others are refused.
 const GO_SCRIPTS: &[&str] = &[
-    "Arabic", "Armenian", "Bengali", "Cyrillic", "Devanagari", "Georgian", "Greek", "Han", "Hangul", "Hebrew",
-    "Hiragana", "Katakana", "Latin", "Thai",
+    "Arabic",
+    "Armenian",
+    "Bengali",
+    "Cyrillic",
+    "Devanagari",
+    "Georgian",
+    "Greek",
+    "Han",
+    "Hangul",
+    "Hebrew",
+    "Hiragana",
+    "Katakana",
+    "Latin",
+    "Thai",
 ];
 
 #[cfg(test)]

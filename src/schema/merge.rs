@@ -11,7 +11,11 @@ use super::warning::Warning;
 
 /// Merges `allOf` (recursively) into `map` and folds OpenAPI's `nullable: true` into the type
 /// list, so that later steps see one node with a JSON Schema `type`.
-pub(crate) fn flatten(map: &Map<String, Value>, path: &str, warnings: &mut Vec<Warning>) -> Map<String, Value> {
+pub(crate) fn flatten(
+    map: &Map<String, Value>,
+    path: &str,
+    warnings: &mut Vec<Warning>,
+) -> Map<String, Value> {
     let mut node = map.clone();
     let branches = node.remove("allOf");
     normalize_nullable(&mut node);
@@ -59,7 +63,13 @@ fn normalize_nullable(node: &mut Map<String, Value>) {
 pub(crate) fn type_list(value: Option<&Value>) -> Option<Vec<String>> {
     match value? {
         Value::String(s) => Some(vec![s.clone()]),
-        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).map(str::to_owned).collect()),
+        Value::Array(items) => Some(
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        ),
         _ => None,
     }
 }
@@ -78,9 +88,9 @@ fn intersect_types(a: &[String], b: &[String]) -> Vec<String> {
     for t in a {
         let keep = if b.contains(t) {
             Some(t.clone())
-        } else if t == "number" && b.iter().any(|x| x == "integer") {
-            Some("integer".to_owned())
-        } else if t == "integer" && b.iter().any(|x| x == "number") {
+        } else if (t == "number" && b.iter().any(|x| x == "integer"))
+            || (t == "integer" && b.iter().any(|x| x == "number"))
+        {
             Some("integer".to_owned())
         } else {
             None
@@ -127,7 +137,9 @@ pub(crate) fn merge(
                 (Value::Object(mut x), Value::Object(y)) => {
                     for (name, ys) in y {
                         let entry = match x.remove(&name) {
-                            Some(xs) => merge_schemas(xs, ys, &super::warning::child(path, &name), warnings),
+                            Some(xs) => {
+                                merge_schemas(xs, ys, &super::warning::child(path, &name), warnings)
+                            }
                             None => ys,
                         };
                         x.insert(name, entry);
@@ -159,7 +171,11 @@ pub(crate) fn merge(
                 (Value::Array(x), Value::Array(y)) => {
                     let both: Vec<Value> = x.iter().filter(|v| y.contains(v)).cloned().collect();
                     if both.is_empty() {
-                        warnings.push(Warning::new(path, "allOf", "enums with no common value; kept the first"));
+                        warnings.push(Warning::new(
+                            path,
+                            "allOf",
+                            "enums with no common value; kept the first",
+                        ));
                         Value::Array(x)
                     } else {
                         Value::Array(both)
@@ -174,7 +190,10 @@ pub(crate) fn merge(
                 (Value::Number(_), Value::Number(_)) => tighter(av, bv, key == "exclusiveMinimum"),
                 _ => av,
             },
-            "uniqueItems" | "x-compositor-subchart" | "x-compositor-any" | "x-compositor-nullable" => {
+            "uniqueItems"
+            | "x-compositor-subchart"
+            | "x-compositor-any"
+            | "x-compositor-nullable" => {
                 Value::Bool(av == Value::Bool(true) || bv == Value::Bool(true))
             }
             "pattern" | "format" | "const" | "multipleOf" | "anyOf" | "oneOf" | "not" => {
@@ -262,7 +281,8 @@ mod tests {
 
     #[test]
     fn types_intersect_with_integer_inside_number() {
-        let (m, _) = flat(json!({"type": ["number", "null"], "allOf": [{"type": ["integer", "string"]}]}));
+        let (m, _) =
+            flat(json!({"type": ["number", "null"], "allOf": [{"type": ["integer", "string"]}]}));
         assert_eq!(m["type"], "integer");
     }
 

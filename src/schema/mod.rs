@@ -19,8 +19,8 @@ mod tests;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::{Map, Value};
 
-pub use validate::{Violation, validate, validate_package};
 pub use structural::structural_problems;
+pub use validate::{Violation, validate, validate_package};
 pub use warning::Warning;
 
 use crate::chart::{ChartType, Package};
@@ -62,7 +62,11 @@ pub struct ConvertOptions {
 /// `values_schema` is parsed as generic JSON of any draft; `package` supplies values.yaml (for
 /// `required` and the defaults shown in descriptions) and subcharts (whose values keys must
 /// survive pruning, and whose schemas `$ref`s may point into).
-pub fn convert(values_schema: &Value, package: &Package, options: &ConvertOptions) -> (JSONSchemaProps, Vec<Warning>) {
+pub fn convert(
+    values_schema: &Value,
+    package: &Package,
+    options: &ConvertOptions,
+) -> (JSONSchemaProps, Vec<Warning>) {
     let mut warnings = Vec::new();
     let mut root = refs::Inliner::new(&mut warnings).inline_document(values_schema, package, ROOT);
     add_subcharts(&mut root, package, &mut warnings);
@@ -73,7 +77,11 @@ pub fn convert(values_schema: &Value, package: &Package, options: &ConvertOption
     let mut spec = converter.convert(&root, ROOT, Some(&package.values));
     if spec.type_.as_deref() != Some("object") {
         if spec.type_.is_some() || spec.x_kubernetes_int_or_string.is_some() {
-            warnings.push(Warning::new(ROOT, "type", "chart values are always an object; type replaced"));
+            warnings.push(Warning::new(
+                ROOT,
+                "type",
+                "chart values are always an object; type replaced",
+            ));
             spec = convert::any_value(Some("object"));
         } else {
             spec.type_ = Some("object".to_owned());
@@ -91,11 +99,18 @@ pub fn convert(values_schema: &Value, package: &Package, options: &ConvertOption
 fn add_subcharts(root: &mut Value, package: &Package, warnings: &mut Vec<Warning>) {
     let mut keys: Vec<(String, Option<&Package>)> = Vec::new();
     for dep in &package.metadata.dependencies {
-        let sub = package.subcharts.iter().find(|s| s.metadata.name == dep.name);
+        let sub = package
+            .subcharts
+            .iter()
+            .find(|s| s.metadata.name == dep.name);
         keys.push((dep.values_key().to_owned(), sub));
     }
     for sub in &package.subcharts {
-        let declared = package.metadata.dependencies.iter().any(|d| d.name == sub.metadata.name);
+        let declared = package
+            .metadata
+            .dependencies
+            .iter()
+            .any(|d| d.name == sub.metadata.name);
         if !declared {
             keys.push((sub.metadata.name.clone(), Some(sub)));
         }
@@ -114,21 +129,31 @@ fn add_subcharts(root: &mut Value, package: &Package, warnings: &mut Vec<Warning
         let path = warning::child(ROOT, &key);
         let mut entry = match sub.and_then(|s| s.schema.as_ref().map(|schema| (s, schema))) {
             Some((s, schema)) => refs::Inliner::new(warnings).inline_document(schema, s, &path),
-            None => Value::Object(Map::from_iter([("type".to_owned(), Value::String("object".to_owned()))])),
+            None => Value::Object(Map::from_iter([(
+                "type".to_owned(),
+                Value::String("object".to_owned()),
+            )])),
         };
         if let Value::Object(m) = &mut entry {
             m.insert(convert::SUBCHART.to_owned(), Value::Bool(true));
         }
-        let Some(root_map) = root.as_object_mut() else { return };
+        let Some(root_map) = root.as_object_mut() else {
+            return;
+        };
         let properties = root_map
             .entry("properties")
             .or_insert_with(|| Value::Object(Map::new()));
-        let Some(properties) = properties.as_object_mut() else { continue };
+        let Some(properties) = properties.as_object_mut() else {
+            continue;
+        };
         let merged = match properties.remove(&key) {
             Some(existing) => Value::Object(Map::from_iter([(
                 "allOf".to_owned(),
                 Value::Array(vec![
-                    Value::Object(Map::from_iter([(convert::SUBCHART.to_owned(), Value::Bool(true))])),
+                    Value::Object(Map::from_iter([(
+                        convert::SUBCHART.to_owned(),
+                        Value::Bool(true),
+                    )])),
                     existing,
                     entry,
                 ]),

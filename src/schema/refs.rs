@@ -41,7 +41,12 @@ impl<'a, 'w> Inliner<'a, 'w> {
     }
 
     /// Returns `schema` (the root of a document of `package`) with every reference inlined.
-    pub(crate) fn inline_document(&mut self, schema: &'a Value, package: &'a Package, path: &str) -> Value {
+    pub(crate) fn inline_document(
+        &mut self,
+        schema: &'a Value,
+        package: &'a Package,
+        path: &str,
+    ) -> Value {
         let doc = self.add_doc(schema, package);
         self.inline(schema, doc, path, &mut Vec::new())
     }
@@ -109,7 +114,13 @@ impl<'a, 'w> Inliner<'a, 'w> {
     }
 
     /// Inlines one subschema (a document node or a copy of one).
-    fn inline(&mut self, value: &Value, doc: usize, path: &str, stack: &mut Vec<(usize, String)>) -> Value {
+    fn inline(
+        &mut self,
+        value: &Value,
+        doc: usize,
+        path: &str,
+        stack: &mut Vec<(usize, String)>,
+    ) -> Value {
         let Value::Object(map) = value else {
             return value.clone();
         };
@@ -133,7 +144,13 @@ impl<'a, 'w> Inliner<'a, 'w> {
     }
 
     /// The inlined target of `reference`, or an empty schema (any value) with a warning.
-    fn expand(&mut self, reference: &str, doc: usize, path: &str, stack: &mut Vec<(usize, String)>) -> Value {
+    fn expand(
+        &mut self,
+        reference: &str,
+        doc: usize,
+        path: &str,
+        stack: &mut Vec<(usize, String)>,
+    ) -> Value {
         let Some((target_doc, pointer, target)) = self.resolve(reference, doc) else {
             self.warnings.push(Warning::new(
                 path,
@@ -180,7 +197,9 @@ impl<'a, 'w> Inliner<'a, 'w> {
             if relative == "values.schema.json" {
                 doc
             } else {
-                let name = relative.strip_prefix("charts/")?.strip_suffix("/values.schema.json")?;
+                let name = relative
+                    .strip_prefix("charts/")?
+                    .strip_suffix("/values.schema.json")?;
                 let package = here.package;
                 let sub = package.subcharts.iter().find(|s| s.metadata.name == name)?;
                 let root = sub.schema.as_ref()?;

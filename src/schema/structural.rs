@@ -35,7 +35,10 @@ fn check(s: &JSONSchemaProps, path: &str, in_junctor: bool, out: &mut Vec<String
         bad("junctors are never emitted");
     }
     if let Some(t) = &s.type_
-        && !matches!(t.as_str(), "array" | "boolean" | "integer" | "number" | "object" | "string")
+        && !matches!(
+            t.as_str(),
+            "array" | "boolean" | "integer" | "number" | "object" | "string"
+        )
     {
         bad("unknown type");
     }
@@ -63,7 +66,10 @@ fn check(s: &JSONSchemaProps, path: &str, in_junctor: bool, out: &mut Vec<String
         }
         if lt == "set"
             && let Some(JSONSchemaPropsOrArray::Schema(items)) = &s.items
-            && matches!(items.type_.as_deref(), Some("object") | Some("array") | None)
+            && matches!(
+                items.type_.as_deref(),
+                Some("object") | Some("array") | None
+            )
         {
             bad("list-type set with non-scalar items");
         }

@@ -55,13 +55,22 @@ fn integer_or_string_becomes_int_or_string() {
     let (v, _) = prop(json!({"type": ["integer", "string"]}), "port");
     assert_eq!(v, json!({"x-kubernetes-int-or-string": true}));
     let (v, _) = prop(json!({"type": ["string", "integer", "null"]}), "port");
-    assert_eq!(v, json!({"x-kubernetes-int-or-string": true, "nullable": true}));
+    assert_eq!(
+        v,
+        json!({"x-kubernetes-int-or-string": true, "nullable": true})
+    );
 }
 
 #[test]
 fn other_type_arrays_accept_anything_with_a_warning() {
-    let (v, w) = prop(json!({"type": ["object", "string"], "properties": {"a": {"type": "string"}}}), "x");
-    assert_eq!(v, json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true}));
+    let (v, w) = prop(
+        json!({"type": ["object", "string"], "properties": {"a": {"type": "string"}}}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true})
+    );
     assert_eq!(w[0].path, "spec.x");
     assert_eq!(w[0].keyword, "type");
     let (v, _) = prop(json!({"type": ["integer", "number"]}), "ratio");
@@ -75,12 +84,17 @@ fn objects_that_allow_extra_keys_keep_properties_and_unknown_fields() {
     assert_eq!(v["properties"]["a"]["type"], "string");
     assert!(w.is_empty());
     let (v, _) = prop(json!({"type": "object"}), "labels");
-    assert_eq!(v, json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    assert_eq!(
+        v,
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    );
 }
 
 #[test]
 fn only_additional_properties_false_prunes() {
-    let (v, w) = run(json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "string"}}}));
+    let (v, w) = run(
+        json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "string"}}}),
+    );
     assert!(v.get("x-kubernetes-preserve-unknown-fields").is_none());
     assert!(v.get("additionalProperties").is_none());
     assert!(w.is_empty());
@@ -95,8 +109,14 @@ fn properties_with_additional_properties_schema_keep_properties() {
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
     assert!(v.get("additionalProperties").is_none());
     assert_eq!(keywords(&w), ["additionalProperties"]);
-    let (v, w) = prop(json!({"type": "object", "additionalProperties": {"type": "string"}}), "m");
-    assert_eq!(v, json!({"type": "object", "additionalProperties": {"type": "string"}}));
+    let (v, w) = prop(
+        json!({"type": "object", "additionalProperties": {"type": "string"}}),
+        "m",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
     assert!(w.is_empty());
     let (v, _) = prop(json!({"type": "object", "additionalProperties": true}), "m");
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
@@ -104,8 +124,14 @@ fn properties_with_additional_properties_schema_keep_properties() {
 
 #[test]
 fn pattern_properties_become_a_map_or_preserve() {
-    let (v, w) = prop(json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}}}), "m");
-    assert_eq!(v, json!({"type": "object", "additionalProperties": {"type": "string"}}));
+    let (v, w) = prop(
+        json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}}}),
+        "m",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
     assert_eq!(keywords(&w), ["patternProperties"]);
     let (v, w) = prop(
         json!({"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^x-": {"type": "string"}}}),
@@ -152,7 +178,10 @@ fn local_refs_are_inlined_with_siblings() {
         }
     }));
     let p = &v["properties"];
-    assert_eq!(p["name"], json!({"type": "string", "minLength": 2, "description": "The name."}));
+    assert_eq!(
+        p["name"],
+        json!({"type": "string", "minLength": 2, "description": "The name."})
+    );
     assert_eq!(p["image"]["properties"]["tag"]["type"], "string");
     assert_eq!(p["port"]["type"], "integer");
     assert_eq!(keywords(&w), ["$ref"]);
@@ -192,7 +221,10 @@ fn root_ref_and_anchor_refs_resolve() {
 
 #[test]
 fn external_refs_accept_anything_with_a_warning() {
-    let (v, w) = prop(json!({"$ref": "https://kubernetesjsonschema.dev/v1.18.0/_definitions.json#/definitions/io.k8s.api.core.v1.Affinity"}), "affinity");
+    let (v, w) = prop(
+        json!({"$ref": "https://kubernetesjsonschema.dev/v1.18.0/_definitions.json#/definitions/io.k8s.api.core.v1.Affinity"}),
+        "affinity",
+    );
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
     assert_eq!(keywords(&w), ["$ref"]);
 }
@@ -207,28 +239,46 @@ fn all_of_is_merged_and_conflicts_warn() {
     assert_eq!(v["properties"]["b"]["type"], "integer");
     assert_eq!(v["required"], json!(["b"]));
     assert!(w.is_empty());
-    let (v, w) = prop(json!({"allOf": [{"type": "string"}, {"type": "integer"}]}), "x");
+    let (v, w) = prop(
+        json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+        "x",
+    );
     assert_eq!(v["type"], "string");
     assert_eq!(keywords(&w), ["allOf"]);
 }
 
 #[test]
 fn any_of_with_null_is_nullable() {
-    let (v, w) = prop(json!({"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]}), "x");
-    assert_eq!(v, json!({"type": "string", "maxLength": 5, "nullable": true}));
+    let (v, w) = prop(
+        json!({"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "string", "maxLength": 5, "nullable": true})
+    );
     assert!(w.is_empty());
 }
 
 #[test]
 fn one_of_integer_and_string_is_int_or_string_with_both_rules() {
-    let (v, w) = prop(json!({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[0-9]+%$"}]}), "x");
-    assert_eq!(v, json!({"x-kubernetes-int-or-string": true, "minimum": 1.0, "pattern": "^[0-9]+%$"}));
+    let (v, w) = prop(
+        json!({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[0-9]+%$"}]}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"x-kubernetes-int-or-string": true, "minimum": 1.0, "pattern": "^[0-9]+%$"})
+    );
     assert!(w.is_empty());
 }
 
 #[test]
 fn any_of_enum_branches_become_one_enum() {
-    let (v, _) = prop(json!({"anyOf": [{"const": "a"}, {"enum": ["b", "c"]}]}), "x");
+    let (v, _) = prop(
+        json!({"anyOf": [{"const": "a"}, {"enum": ["b", "c"]}]}),
+        "x",
+    );
     assert_eq!(v, json!({"type": "string", "enum": ["a", "b", "c"]}));
 }
 
@@ -243,7 +293,10 @@ fn any_of_object_branches_unite_properties() {
     );
     assert_eq!(v["properties"]["b"]["type"], "integer");
     // `a` is a string in one branch and an integer in the other.
-    assert_eq!(v["properties"]["a"], json!({"x-kubernetes-int-or-string": true}));
+    assert_eq!(
+        v["properties"]["a"],
+        json!({"x-kubernetes-int-or-string": true})
+    );
     assert_eq!(v["required"], json!(["a"]));
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
     assert!(keywords(&w).contains(&"oneOf"));
@@ -251,7 +304,10 @@ fn any_of_object_branches_unite_properties() {
 
 #[test]
 fn mixed_any_of_accepts_anything() {
-    let (v, w) = prop(json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}), "x");
+    let (v, w) = prop(
+        json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+        "x",
+    );
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
     assert!(v.get("type").is_none());
     assert_eq!(keywords(&w), ["anyOf"]);
@@ -270,10 +326,16 @@ fn constraint_only_branches_are_dropped() {
 
 #[test]
 fn enum_with_null_on_nullable_field_moves_to_description() {
-    let (v, w) = prop(json!({"type": ["string", "null"], "enum": ["a", "b", null], "description": "Mode."}), "x");
+    let (v, w) = prop(
+        json!({"type": ["string", "null"], "enum": ["a", "b", null], "description": "Mode."}),
+        "x",
+    );
     assert_eq!(v["nullable"], true);
     assert!(v.get("enum").is_none());
-    assert_eq!(v["description"], "Mode.\n\nAllowed values: \"a\", \"b\", null");
+    assert_eq!(
+        v["description"],
+        "Mode.\n\nAllowed values: \"a\", \"b\", null"
+    );
     assert_eq!(keywords(&w), ["enum"]);
     let (v, _) = prop(json!({"type": "string", "enum": ["a", "b"]}), "x");
     assert_eq!(v["enum"], json!(["a", "b"]));
@@ -287,18 +349,36 @@ fn const_becomes_enum() {
 
 #[test]
 fn numeric_exclusive_bounds_become_boolean_flags() {
-    let (v, _) = prop(json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10, "maximum": 5}), "x");
-    assert_eq!(v, json!({"type": "number", "minimum": 0.0, "exclusiveMinimum": true, "maximum": 5.0}));
-    let (v, _) = prop(json!({"type": "integer", "minimum": 1, "exclusiveMinimum": true}), "x");
-    assert_eq!(v, json!({"type": "integer", "minimum": 1.0, "exclusiveMinimum": true}));
+    let (v, _) = prop(
+        json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10, "maximum": 5}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "number", "minimum": 0.0, "exclusiveMinimum": true, "maximum": 5.0})
+    );
+    let (v, _) = prop(
+        json!({"type": "integer", "minimum": 1, "exclusiveMinimum": true}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "integer", "minimum": 1.0, "exclusiveMinimum": true})
+    );
 }
 
 #[test]
 fn unique_items_becomes_a_set_for_scalars_only() {
-    let (v, w) = prop(json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true}), "x");
+    let (v, w) = prop(
+        json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true}),
+        "x",
+    );
     assert_eq!(v["x-kubernetes-list-type"], "set");
     assert!(w.is_empty());
-    let (v, w) = prop(json!({"type": "array", "items": {"type": "object"}, "uniqueItems": true}), "x");
+    let (v, w) = prop(
+        json!({"type": "array", "items": {"type": "object"}, "uniqueItems": true}),
+        "x",
+    );
     assert!(v.get("x-kubernetes-list-type").is_none());
     assert_eq!(keywords(&w), ["uniqueItems"]);
 }
@@ -306,7 +386,10 @@ fn unique_items_becomes_a_set_for_scalars_only() {
 #[test]
 fn arrays_without_items_keep_any_items() {
     let (v, _) = prop(json!({"type": "array"}), "x");
-    assert_eq!(v["items"], json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true}));
+    assert_eq!(
+        v["items"],
+        json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true})
+    );
 }
 
 #[test]
@@ -374,15 +457,25 @@ fn descriptions_show_the_chart_default() {
         &p,
         false,
     );
-    assert_eq!(v["properties"]["replicas"]["description"], "Pods.\n\nDefault: 3");
-    assert_eq!(v["properties"]["image"]["properties"]["tag"]["description"], "Default: \"1.0\"");
+    assert_eq!(
+        v["properties"]["replicas"]["description"],
+        "Pods.\n\nDefault: 3"
+    );
+    assert_eq!(
+        v["properties"]["image"]["properties"]["tag"]["description"],
+        "Default: \"1.0\""
+    );
     assert!(v["properties"]["image"].get("description").is_none());
 }
 
 #[test]
 fn values_that_are_null_make_the_field_nullable() {
     let p = package(json!({"name": null}));
-    let (v, _) = run_with(json!({"type": "object", "properties": {"name": {"type": "string"}}}), &p, false);
+    let (v, _) = run_with(
+        json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+        &p,
+        false,
+    );
     assert_eq!(v["properties"]["name"]["nullable"], true);
 }
 
@@ -407,7 +500,10 @@ fn untyped_nodes_are_inferred_or_accept_anything() {
     let (v, _) = prop(json!({"enum": ["a", "b"]}), "x");
     assert_eq!(v["type"], "string");
     let (v, _) = prop(json!({"description": "Anything."}), "x");
-    assert_eq!(v, json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true, "description": "Anything."}));
+    assert_eq!(
+        v,
+        json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true, "description": "Anything."})
+    );
     let (v, _) = prop(json!(true), "x");
     assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
 }
@@ -435,17 +531,30 @@ fn dependency(name: &str, alias: Option<&str>) -> Dependency {
 #[test]
 fn subchart_keys_survive_pruning() {
     let mut p = package(json!({}));
-    p.metadata.dependencies = vec![dependency("cluster", Some("monitoring")), dependency("common", None), dependency("redis", None)];
+    p.metadata.dependencies = vec![
+        dependency("cluster", Some("monitoring")),
+        dependency("common", None),
+        dependency("redis", None),
+    ];
     let mut common = package(json!({}));
     common.metadata.name = "common".to_owned();
     common.metadata.chart_type = ChartType::Library;
     let mut redis = package(json!({}));
     redis.metadata.name = "redis".to_owned();
-    redis.schema = Some(json!({"type": "object", "additionalProperties": false, "properties": {"port": {"$ref": "#/definitions/port"}}, "definitions": {"port": {"type": "integer"}}}));
+    redis.schema = Some(
+        json!({"type": "object", "additionalProperties": false, "properties": {"port": {"$ref": "#/definitions/port"}}, "definitions": {"port": {"type": "integer"}}}),
+    );
     p.subcharts = vec![common, redis];
-    let (v, _) = run_with(json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "string"}}}), &p, false);
+    let (v, _) = run_with(
+        json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "string"}}}),
+        &p,
+        false,
+    );
     let props = &v["properties"];
-    assert_eq!(props["monitoring"], json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    assert_eq!(
+        props["monitoring"],
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    );
     assert!(props.get("common").is_none());
     assert!(props.get("cluster").is_none());
     assert_eq!(props["redis"]["properties"]["port"]["type"], "integer");
@@ -458,7 +567,9 @@ fn refs_into_subchart_schemas_resolve() {
     let mut p = package(json!({}));
     let mut sub = package(json!({}));
     sub.metadata.name = "db".to_owned();
-    sub.schema = Some(json!({"definitions": {"auth": {"type": "object", "properties": {"user": {"type": "string"}}}}}));
+    sub.schema = Some(
+        json!({"definitions": {"auth": {"type": "object", "properties": {"user": {"type": "string"}}}}}),
+    );
     p.subcharts = vec![sub];
     let (v, w) = run_with(
         json!({"type": "object", "properties": {"auth": {"$ref": "charts/db/values.schema.json#/definitions/auth"}}}),
@@ -466,14 +577,23 @@ fn refs_into_subchart_schemas_resolve() {
         false,
     );
     assert!(w.is_empty(), "{w:?}");
-    assert_eq!(v["properties"]["auth"]["properties"]["user"]["type"], "string");
-    assert_eq!(v["properties"]["db"]["x-kubernetes-preserve-unknown-fields"], true);
+    assert_eq!(
+        v["properties"]["auth"]["properties"]["user"]["type"],
+        "string"
+    );
+    assert_eq!(
+        v["properties"]["db"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
 }
 
 #[test]
 fn root_is_always_an_object() {
     let (v, _) = run(json!({}));
-    assert_eq!(v, json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    assert_eq!(
+        v,
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    );
     let (v, w) = run(json!({"type": "string"}));
     assert_eq!(v["type"], "object");
     assert_eq!(keywords(&w), ["type"]);
@@ -481,9 +601,47 @@ fn root_is_always_an_object() {
 
 #[test]
 fn tuples_and_false_schemas() {
-    let (v, w) = prop(json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]}), "x");
+    let (v, w) = prop(
+        json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]}),
+        "x",
+    );
     assert_eq!(v["items"]["x-kubernetes-preserve-unknown-fields"], true);
     assert_eq!(keywords(&w), ["items"]);
-    let (v, _) = prop(json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}]}), "x");
+    let (v, _) = prop(
+        json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}]}),
+        "x",
+    );
     assert_eq!(v["items"]["type"], "string");
+}
+
+#[test]
+fn explicit_preserve_unknown_fields_is_kept() {
+    let (v, _) = prop(
+        json!({"type": "object", "additionalProperties": false, "x-kubernetes-preserve-unknown-fields": true, "properties": {"a": {"type": "string"}}}),
+        "x",
+    );
+    assert_eq!(v["x-kubernetes-preserve-unknown-fields"], true);
+}
+
+#[test]
+fn junctors_inside_branches_and_nested_all_of_are_folded() {
+    let (v, w) = prop(
+        json!({"anyOf": [{"allOf": [{"type": "string"}, {"maxLength": 3}]}, {"oneOf": [{"type": "null"}]}]}),
+        "x",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "string", "maxLength": 3, "nullable": true})
+    );
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn ref_cycles_through_all_of_terminate() {
+    let (_, w) = run(json!({
+        "definitions": {"a": {"allOf": [{"$ref": "#/definitions/b"}]}, "b": {"anyOf": [{"$ref": "#/definitions/a"}, {"type": "string"}]}},
+        "type": "object",
+        "properties": {"x": {"$ref": "#/definitions/a"}}
+    }));
+    assert!(keywords(&w).contains(&"$ref"));
 }

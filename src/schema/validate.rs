@@ -30,9 +30,11 @@ impl std::fmt::Display for Violation {
 /// Validates `values` against `schema` (any draft the `jsonschema` crate supports, detected from
 /// `$schema`). References outside the schema are not fetched; such a schema is an error.
 pub fn validate(values: &Value, schema: &Value) -> Result<Vec<Violation>, Error> {
-    let validator = jsonschema::options().build(schema).map_err(|e| Error::InvalidSchema {
-        message: e.masked().to_string(),
-    })?;
+    let validator = jsonschema::options()
+        .build(schema)
+        .map_err(|e| Error::InvalidSchema {
+            message: e.masked().to_string(),
+        })?;
     Ok(validator
         .iter_errors(values)
         .map(|e| Violation {
@@ -56,9 +58,15 @@ pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violati
             .iter()
             .find(|d| d.name == sub.metadata.name)
             .map_or(sub.metadata.name.as_str(), |d| d.values_key());
-        let Some(sub_values) = values.get(key) else { continue };
+        let Some(sub_values) = values.get(key) else {
+            continue;
+        };
         for v in validate_package(sub_values, sub)? {
-            let path = if v.path.is_empty() { key.to_owned() } else { format!("{key}.{}", v.path) };
+            let path = if v.path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{key}.{}", v.path)
+            };
             out.push(Violation { path, ..v });
         }
     }
@@ -73,7 +81,9 @@ fn dotted(pointer: &str) -> String {
         if !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit()) {
             out.push_str(&format!("[{seg}]"));
         } else if out.is_empty() {
-            out = super::warning::child("", &seg).trim_start_matches('.').to_owned();
+            out = super::warning::child("", &seg)
+                .trim_start_matches('.')
+                .to_owned();
         } else {
             out = super::warning::child(&out, &seg);
         }
@@ -97,7 +107,11 @@ mod tests {
         let v = validate(&json!({"image": {"tag": 3}, "a": 1}), &schema).unwrap();
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].path, "image.tag");
-        assert!(validate(&json!({"image": {"tag": "x"}, "a": 1}), &schema).unwrap().is_empty());
+        assert!(
+            validate(&json!({"image": {"tag": "x"}, "a": 1}), &schema)
+                .unwrap()
+                .is_empty()
+        );
         let v = validate(&json!({"a": 1, "b": 2}), &schema).unwrap();
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].path, "");

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
 
 /// A test bed variable; panics with instructions when the test bed is not up.
 pub fn env(name: &str) -> String {
@@ -31,19 +31,26 @@ pub fn init_tls() {
 pub async fn client() -> Client {
     init_tls();
     env("KUBECONFIG");
-    Client::try_default().await.expect("client for the test bed apiserver")
+    Client::try_default()
+        .await
+        .expect("client for the test bed apiserver")
 }
 
 /// A name unique within this test run, valid as a DNS-1123 label.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Creates a namespace with a unique name and returns the name.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     let name = unique(prefix);
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
@@ -59,7 +66,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + limit;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?}: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -73,7 +83,9 @@ pub struct Helm {
 impl Helm {
     /// A helm with fresh, empty state.
     pub fn new() -> Self {
-        Helm { home: tempfile::tempdir().expect("helm home") }
+        Helm {
+            home: tempfile::tempdir().expect("helm home"),
+        }
     }
 
     /// A `helm` command with this state.
