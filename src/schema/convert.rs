@@ -59,16 +59,41 @@ enum Kind {
     Array,
 }
 
+/// Deepest value nesting converted; below it a field accepts any value. Keeps a pathological
+/// schema from exhausting the stack of the thread converting it.
+const MAX_DEPTH: usize = 200;
+
 /// Converts nodes and collects the warnings of every lossy step.
 pub(crate) struct Converter<'w> {
     pub(crate) warnings: &'w mut Vec<Warning>,
     pub(crate) apply_defaults: bool,
+    pub(crate) depth: usize,
 }
 
 impl Converter<'_> {
     /// Converts `schema`, the node for the value at `path`; `values` is the chart's values.yaml
     /// at that path (for `required` and for the default shown in descriptions).
     pub(crate) fn convert(
+        &mut self,
+        schema: &Value,
+        path: &str,
+        values: Option<&Value>,
+    ) -> JSONSchemaProps {
+        if self.depth >= MAX_DEPTH {
+            self.warn(
+                path,
+                "schema",
+                "nested too deeply; any value is accepted below this field",
+            );
+            return any_value(None);
+        }
+        self.depth += 1;
+        let props = self.convert_node(schema, path, values);
+        self.depth -= 1;
+        props
+    }
+
+    fn convert_node(
         &mut self,
         schema: &Value,
         path: &str,

@@ -73,6 +73,7 @@ pub fn convert(
     let mut converter = convert::Converter {
         warnings: &mut warnings,
         apply_defaults: options.apply_defaults,
+        depth: 0,
     };
     let mut spec = converter.convert(&root, ROOT, Some(&package.values));
     if spec.type_.as_deref() != Some("object") {

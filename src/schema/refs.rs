@@ -14,6 +14,9 @@ use crate::chart::Package;
 /// Caps how many references are expanded, so that a schema whose references fan out
 /// exponentially cannot exhaust memory.
 const MAX_EXPANSIONS: usize = 20_000;
+/// Caps how many references may be open inside each other, so that a long chain of
+/// references cannot nest the schema deeper than the converter's stack allows.
+const MAX_NESTED_REFS: usize = 32;
 
 /// A JSON document references can point into: the chart's schema or a subchart's.
 struct Doc<'a> {
@@ -160,6 +163,14 @@ impl<'a, 'w> Inliner<'a, 'w> {
             return Value::Object(Map::new());
         };
         let key = (target_doc, pointer);
+        if stack.len() >= MAX_NESTED_REFS {
+            self.warnings.push(Warning::new(
+                path,
+                "$ref",
+                format!("reference {reference:?} not expanded: references nest too deeply; any value is accepted"),
+            ));
+            return Value::Object(Map::new());
+        }
         if stack.contains(&key) {
             self.warnings.push(Warning::new(
                 path,

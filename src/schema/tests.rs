@@ -645,3 +645,20 @@ fn ref_cycles_through_all_of_terminate() {
     }));
     assert!(keywords(&w).contains(&"$ref"));
 }
+
+#[test]
+fn long_reference_chains_are_cut() {
+    let mut defs = serde_json::Map::new();
+    for i in 0..100 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"next": {"$ref": format!("#/definitions/d{}", i + 1)}}}),
+        );
+    }
+    defs.insert("d100".to_owned(), json!({"type": "string"}));
+    let (_, w) = run(
+        json!({"definitions": defs, "type": "object", "properties": {"x": {"$ref": "#/definitions/d0"}}}),
+    );
+    assert_eq!(keywords(&w), ["$ref"]);
+    assert!(w[0].action.contains("nest too deeply"));
+}

@@ -30,25 +30,15 @@ impl std::fmt::Display for Violation {
 /// Validates `values` against `schema` (any draft the `jsonschema` crate supports, detected from
 /// `$schema`). References outside the schema are not fetched; such a schema is an error.
 pub fn validate(values: &Value, schema: &Value) -> Result<Vec<Violation>, Error> {
-    let validator = jsonschema::options()
-        .build(schema)
-        .map_err(|e| Error::InvalidSchema {
-            message: e.masked().to_string(),
-        })?;
-    Ok(validator
-        .iter_errors(values)
-        .map(|e| Violation {
-            path: dotted(e.instance_path().as_str()),
-            message: e.masked().to_string(),
-        })
-        .collect())
+    validate_with(values, schema, SubchartSchemas(Vec::new()))
 }
 
 /// Validates `values` as Helm does: against the chart's schema, then each subchart's values
-/// (under its alias or name) against that subchart's schema, recursively.
+/// (under its alias or name) against that subchart's schema, recursively. References to
+/// `charts/<name>/values.schema.json` resolve to the subcharts in the package.
 pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violation>, Error> {
     let mut out = match &package.schema {
-        Some(schema) => validate(values, schema)?,
+        Some(schema) => validate_with(values, schema, SubchartSchemas::of(package))?,
         None => Vec::new(),
     };
     for sub in &package.subcharts {
@@ -71,6 +61,55 @@ pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violati
         }
     }
     Ok(out)
+}
+
+fn validate_with(
+    values: &Value,
+    schema: &Value,
+    subcharts: SubchartSchemas,
+) -> Result<Vec<Violation>, Error> {
+    let validator = jsonschema::options()
+        .with_retriever(subcharts)
+        .build(schema)
+        .map_err(|e| Error::InvalidSchema {
+            message: e.masked().to_string(),
+        })?;
+    Ok(validator
+        .iter_errors(values)
+        .map(|e| Violation {
+            path: dotted(e.instance_path().as_str()),
+            message: e.masked().to_string(),
+        })
+        .collect())
+}
+
+/// Serves the schemas of a package's subcharts to `$ref`s; never fetches anything.
+struct SubchartSchemas(Vec<(String, Value)>);
+
+impl SubchartSchemas {
+    fn of(package: &Package) -> Self {
+        Self(
+            package
+                .subcharts
+                .iter()
+                .filter_map(|s| Some((s.metadata.name.clone(), s.schema.clone()?)))
+                .collect(),
+        )
+    }
+}
+
+impl jsonschema::Retrieve for SubchartSchemas {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        let wanted = uri.as_str();
+        self.0
+            .iter()
+            .find(|(name, _)| wanted.ends_with(&format!("/charts/{name}/values.schema.json")))
+            .map(|(_, schema)| schema.clone())
+            .ok_or_else(|| format!("{wanted} is not a schema inside the chart").into())
+    }
 }
 
 /// `/a/b/0/c~1d` → `a.b[0]["c/d"]`.
@@ -121,6 +160,49 @@ mod tests {
     fn paths_quote_odd_keys_and_index_lists() {
         assert_eq!(dotted("/a/b/0/c~1d"), "a.b[0][\"c/d\"]");
         assert_eq!(dotted(""), "");
+    }
+
+    #[test]
+    fn subchart_refs_resolve_and_subchart_values_are_checked() {
+        use crate::chart::{ChartMetadata, ChartType, Dependency};
+        let metadata = |name: &str| ChartMetadata {
+            api_version: "v2".to_owned(),
+            name: name.to_owned(),
+            version: "1.0.0".to_owned(),
+            chart_type: ChartType::Application,
+            description: None,
+            dependencies: Vec::new(),
+        };
+        let sub = Package {
+            metadata: metadata("db"),
+            values: json!({}),
+            schema: Some(json!({"type": "object", "properties": {"port": {"type": "integer"}}})),
+            templates: Vec::new(),
+            subcharts: Vec::new(),
+        };
+        let mut parent = Package {
+            metadata: metadata("app"),
+            values: json!({}),
+            schema: Some(
+                json!({"type": "object", "properties": {"copy": {"$ref": "charts/db/values.schema.json"}}}),
+            ),
+            templates: Vec::new(),
+            subcharts: vec![sub],
+        };
+        parent.metadata.dependencies = vec![Dependency {
+            name: "db".to_owned(),
+            version: None,
+            repository: None,
+            alias: Some("database".to_owned()),
+            condition: None,
+        }];
+        let v = validate_package(
+            &json!({"copy": {"port": "x"}, "database": {"port": "y"}}),
+            &parent,
+        )
+        .unwrap();
+        let paths: Vec<&str> = v.iter().map(|v| v.path.as_str()).collect();
+        assert_eq!(paths, ["copy.port", "database.port"]);
     }
 
     #[test]
