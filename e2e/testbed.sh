@@ -115,7 +115,8 @@ control_plane() {
     --kubeconfig "$DIR/kcm.kubeconfig" --bind-address 127.0.0.1 --secure-port "$kcm_port" --port 0 \
     --cert-dir "$DIR/kcm" --leader-elect=false \
     --controllers garbagecollector,namespace,serviceaccount,serviceaccount-token \
-    --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt"
+    --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
+    --use-service-account-credentials
   wait_until kube-controller-manager 60 curl -fsSk "https://127.0.0.1:$kcm_port/healthz"
   # The serviceaccount controller creates `default` in every namespace; wait for it as a sign of life.
   wait_until kube-controller-manager 60 "$TOOLS/kubectl" --kubeconfig "$DIR/kubeconfig" get serviceaccount default

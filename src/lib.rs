@@ -4,6 +4,10 @@
 //! [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
 //! → [`crd`] (names, versions, the CustomResourceDefinition).
 
+pub mod api;
+pub mod bundle;
 pub mod chart;
 pub mod crd;
+pub mod helm;
+pub mod runtime;
 pub mod schema;

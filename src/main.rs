@@ -68,7 +68,17 @@ fn main() -> ExitCode {
             println!("compositor {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Run | Command::Controller | Command::Crd(_) | Command::Crds => {
+        Command::Crds => match compositor::api::crds_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("compositor: cannot print the CRDs: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run | Command::Controller | Command::Crd(_) => {
             eprintln!("compositor: this command is not implemented yet");
             ExitCode::FAILURE
         }

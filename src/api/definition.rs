@@ -1,0 +1,276 @@
+//! `CompositionDefinition` (`compositor.dev/v1alpha1`): a chart to be served as an API.
+//!
+//! Field names follow Krateo's `core.krateo.io/v1alpha1`, so existing manifests port by changing
+//! `apiVersion`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A Helm chart served as a Kubernetes API: one CRD version per chart version, and one
+/// controller per CRD version that installs the chart for every object of that version.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "compositor.dev",
+    version = "v1alpha1",
+    kind = "CompositionDefinition",
+    namespaced,
+    status = "CompositionDefinitionStatus",
+    shortname = "compdef",
+    category = "compositor",
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"KIND","type":"string","jsonPath":".status.crd.kind"}"#,
+    printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".status.crd.storedVersion"}"#,
+    printcolumn = r#"{"name":"CHART","type":"string","jsonPath":".status.chart.version"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositionDefinitionSpec {
+    /// Where the chart comes from.
+    pub chart: ChartSource,
+    /// Overrides of the names derived from Chart.yaml.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Names>,
+    /// Where each composition is installed.
+    #[serde(default)]
+    pub placement: Placement,
+    /// How the chart's values.schema.json becomes the CRD schema.
+    #[serde(default)]
+    pub schema: SchemaOptions,
+    /// What deleting the definition does to its compositions.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// A chart in a Helm repository, an OCI registry, or at a `.tgz` URL.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartSource {
+    /// Helm repository base URL, `oci://host/path`, or the URL of a `.tgz`.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^(https?|oci)://"))]
+    pub url: String,
+    /// Chart name inside a Helm repository, or an extra path segment of an OCI reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub repo: Option<String>,
+    /// Exact version, or a semver range for Helm repositories and OCI tags; empty means the
+    /// highest stable version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub version: Option<String>,
+    /// Skip verification of the server's TLS certificate.
+    #[serde(default, rename = "insecureSkipVerifyTLS")]
+    pub insecure_skip_verify_tls: bool,
+    /// A custom CA bundle (PEM) that signs the server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle_ref: Option<CaBundleRef>,
+    /// Credentials for the repository or registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Credentials>,
+}
+
+/// A key of a ConfigMap or Secret in the definition's namespace holding PEM certificates.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CaBundleRef {
+    /// `ConfigMap` (the default) or `Secret`.
+    #[serde(default)]
+    pub kind: ObjectKind,
+    /// Name of the object.
+    pub name: String,
+    /// Key holding the PEM bundle.
+    pub key: String,
+}
+
+/// The kind of object a reference points to.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ObjectKind {
+    /// A ConfigMap.
+    #[default]
+    ConfigMap,
+    /// A Secret.
+    Secret,
+}
+
+/// Credentials for a repository or registry: a user name with a password from a Secret key
+/// (Krateo's shape), or a whole `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson`
+/// Secret.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Credentials {
+    /// User name that goes with `passwordRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The Secret key holding the password or token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_ref: Option<SecretKeyRef>,
+    /// A `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A key of a Secret.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    pub name: String,
+    /// Namespace of the Secret; defaults to the definition's. Another namespace is refused
+    /// unless the operator runs with `--allow-cross-namespace-refs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key.
+    pub key: String,
+}
+
+/// A whole Secret.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct SecretRef {
+    /// Name of the Secret.
+    pub name: String,
+    /// Namespace of the Secret; defaults to the definition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Overrides of the generated CRD's names.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Names {
+    /// Kind (default: the chart name in CamelCase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Plural resource name (default: the lower-case kind, pluralised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plural: Option<String>,
+    /// Short names for kubectl.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub short_names: Vec<String>,
+    /// API group (default: `composition.compositor.dev`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+/// Where compositions are installed.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Which clusters.
+    #[serde(default)]
+    pub clusters: ClusterPlacement,
+    /// With `clusters: Selector`, the labels of the cluster Secrets to install on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// Which namespace on each cluster.
+    #[serde(default)]
+    pub namespace: NamespacePlacement,
+}
+
+/// Which clusters a composition is installed on.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ClusterPlacement {
+    /// The management cluster only.
+    #[default]
+    Local,
+    /// Every registered cluster.
+    AllClusters,
+    /// Registered clusters whose Secret matches `clusterSelector`.
+    Selector,
+}
+
+/// Which namespace a composition's release is installed into.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NamespacePlacement {
+    /// The composition's own namespace.
+    #[default]
+    Composition,
+    /// A namespace named after the composition, created (and deleted) by compositor.
+    CompositionName,
+}
+
+/// Options of the schema conversion.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaOptions {
+    /// Bake schema defaults into the CRD; otherwise values.yaml stays the only source of defaults.
+    #[serde(default)]
+    pub apply_defaults: bool,
+}
+
+/// What deleting a definition does to its compositions.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Uninstall every composition, then drop the CRD.
+    #[default]
+    Delete,
+    /// Leave compositions and releases; remove only the controllers.
+    Orphan,
+}
+
+/// What the operator observed and did for a definition.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositionDefinitionStatus {
+    /// Ready, ChartResolved, CRDReady, ControllerReady.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The chart that was actually resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<ResolvedChart>,
+    /// The generated CRD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crd: Option<CrdStatus>,
+    /// Every served version with its controller and how many compositions use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<DefinitionVersion>,
+    /// Lossy schema conversion steps, capped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// A resolved chart.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ResolvedChart {
+    /// The URL the chart was downloaded from.
+    pub url: String,
+    /// The exact chart version.
+    pub version: String,
+    /// `sha256:` digest of the chart archive.
+    pub digest: String,
+}
+
+/// The generated CRD.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdStatus {
+    /// CRD name (`<plural>.<group>`).
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name.
+    pub plural: String,
+    /// API group.
+    pub group: String,
+    /// The version new objects are stored in.
+    pub stored_version: String,
+    /// Every served version.
+    #[serde(default)]
+    pub served_versions: Vec<String>,
+}
+
+/// One served version of a definition.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefinitionVersion {
+    /// CRD version name, e.g. `v1-1-5`.
+    pub version: String,
+    /// Chart version, e.g. `1.1.5`.
+    pub chart_version: String,
+    /// Name of the controller Deployment.
+    pub controller: String,
+    /// Number of compositions of this version.
+    pub compositions: i64,
+}

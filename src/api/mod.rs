@@ -1,0 +1,75 @@
+//! The API compositor serves: the `CompositionDefinition` resource, the status every generated
+//! composition resource carries, and the labels and annotations both sides agree on.
+
+mod composition;
+mod definition;
+
+pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
+pub use definition::{
+    CaBundleRef, ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
+    CompositionDefinitionStatus, CrdStatus, Credentials, DefinitionVersion, DeletionPolicy, Names,
+    NamespacePlacement, ObjectKind, Placement, ResolvedChart, SchemaOptions, SecretKeyRef,
+    SecretRef,
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::CustomResourceExt;
+
+/// API group of compositor's own resources.
+pub const GROUP: &str = "compositor.dev";
+
+/// Annotation that stops all reconciliation of an object while present and not `"false"`.
+pub const PAUSED_ANNOTATION: &str = "compositor.dev/paused";
+/// Annotation naming the Helm release of a composition (default: the object's name).
+pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
+/// Label naming the CRD version (and so the controller) a composition belongs to.
+pub const VERSION_LABEL: &str = "compositor.dev/version";
+/// Label naming the definition (`<namespace>.<name>`) an object was made for.
+pub const DEFINITION_LABEL: &str = "compositor.dev/definition";
+/// Finalizer on definitions and compositions.
+pub const FINALIZER: &str = "compositor.dev/finalizer";
+
+/// Whether the object carries the pause annotation with any value but `"false"`.
+pub fn is_paused(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(PAUSED_ANNOTATION))
+        .is_some_and(|value| value != "false")
+}
+
+/// The operator's own CRDs as one YAML stream, as committed under `crds/`.
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    Ok(format!(
+        "---\n{}",
+        serde_saphyr::to_string(&CompositionDefinition::crd())?
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_crds_match_the_types() {
+        let committed = include_str!("../../crds/compositor.dev.yaml");
+        assert!(
+            committed == crds_yaml().expect("serialize CRDs"),
+            "crds/compositor.dev.yaml is stale: run `cargo run -- crds > crds/compositor.dev.yaml`"
+        );
+    }
+
+    fn meta(paused: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            annotations: paused.map(|v| [(PAUSED_ANNOTATION.to_string(), v.to_string())].into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn pause_annotation_counts_unless_false() {
+        assert!(!is_paused(&meta(None)));
+        assert!(!is_paused(&meta(Some("false"))));
+        assert!(is_paused(&meta(Some("true"))));
+        assert!(is_paused(&meta(Some(""))));
+    }
+}
