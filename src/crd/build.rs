@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::Error;
 use super::naming::{self, NameOverrides, Names};
 use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
-use super::status::status_schema;
+use crate::api::CompositionStatus;
 use crate::chart::Package;
 use crate::schema::{self, ConvertOptions, Warning};
 
@@ -92,17 +92,23 @@ pub fn build_version(
             ),
         });
     }
+    let status = CompositionStatus::openapi_schema().map_err(Error::Serialize)?;
     let budget = options
         .max_version_bytes
-        .saturating_sub(size::schema_bytes(&status_schema())?);
+        .saturating_sub(size::schema_bytes(&status)?);
     if let Some(w) = size::fit(&mut spec, budget, &name)? {
         warnings.push(w);
     }
-    Ok((version(&name, spec), warnings))
+    Ok((version(&name, spec, status), warnings))
 }
 
-/// A served, stored version with `spec` as its values schema and the fixed composition status.
-pub fn version(name: &str, spec: JSONSchemaProps) -> CustomResourceDefinitionVersion {
+/// A served, stored version with `spec` as its values schema and `status` as the composition
+/// status schema ([`CompositionStatus::openapi_schema`]).
+pub fn version(
+    name: &str,
+    spec: JSONSchemaProps,
+    status: JSONSchemaProps,
+) -> CustomResourceDefinitionVersion {
     let root = JSONSchemaProps {
         type_: Some("object".to_owned()),
         description: Some(
@@ -110,7 +116,7 @@ pub fn version(name: &str, spec: JSONSchemaProps) -> CustomResourceDefinitionVer
         ),
         properties: Some(BTreeMap::from([
             ("spec".to_owned(), spec),
-            ("status".to_owned(), status_schema()),
+            ("status".to_owned(), status),
         ])),
         ..Default::default()
     };

@@ -3,12 +3,10 @@
 mod build;
 mod naming;
 mod size;
-mod status;
 
 pub use build::{BuildOptions, CATEGORIES, build, build_version, merge_version, to_yaml, version};
 pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
-pub use status::status_schema;
 
 /// Errors of CRD assembly.
 #[derive(Debug, thiserror::Error)]

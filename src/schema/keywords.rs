@@ -189,6 +189,9 @@ fn go_only_syntax(pattern: &str) -> Result<(), String> {
                     .iter()
                     .take_while(|&&c| c != ')' && c != ':')
                     .collect();
+                if ["=", "!", "<=", "<!"].iter().any(|l| flags.starts_with(l)) {
+                    return Err("look-around is not supported by RE2".to_owned());
+                }
                 if flags.starts_with('<') || flags.starts_with('P') {
                     if !flags.starts_with("P<") {
                         return Err("named group syntax not supported by RE2".to_owned());
