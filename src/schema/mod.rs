@@ -6,9 +6,11 @@
 
 mod convert;
 mod defaults;
+mod junctors;
 mod keywords;
 mod merge;
 mod refs;
+mod shapes;
 mod structural;
 mod validate;
 mod warning;
