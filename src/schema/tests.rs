@@ -662,3 +662,21 @@ fn long_reference_chains_are_cut() {
     assert_eq!(keywords(&w), ["$ref"]);
     assert!(w[0].action.contains("nest too deeply"));
 }
+
+#[test]
+fn subchart_defaults_count_as_supplied_values() {
+    let mut p = package(json!({"db": {"port": 1}}));
+    let mut sub = package(json!({"user": "admin"}));
+    sub.metadata.name = "db".to_owned();
+    sub.schema = Some(
+        json!({"type": "object", "required": ["user", "port", "password"], "properties": {
+        "user": {"type": "string"}, "port": {"type": "integer"}, "password": {"type": "string"}}}),
+    );
+    p.subcharts = vec![sub];
+    let (v, _) = run_with(json!({"type": "object"}), &p, false);
+    assert_eq!(v["properties"]["db"]["required"], json!(["password"]));
+    assert_eq!(
+        v["properties"]["db"]["properties"]["user"]["description"],
+        "Default: \"admin\""
+    );
+}
