@@ -29,6 +29,9 @@ pub struct BuildOptions {
     pub convert: ConvertOptions,
     /// Budget of one version's schema in bytes (see [`DEFAULT_MAX_VERSION_BYTES`]).
     pub max_version_bytes: usize,
+    /// Add the optional `spec.clusterRef` (the kubeconfig Secret of a remote target), for
+    /// definitions that place compositions on registered clusters.
+    pub cluster_ref: bool,
 }
 
 impl Default for BuildOptions {
@@ -38,9 +41,13 @@ impl Default for BuildOptions {
             version_name: None,
             convert: ConvertOptions::default(),
             max_version_bytes: DEFAULT_MAX_VERSION_BYTES,
+            cluster_ref: false,
         }
     }
 }
+
+/// The `spec` key that names a composition's target cluster; never passed to Helm.
+pub const CLUSTER_REF: &str = "clusterRef";
 
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
@@ -80,6 +87,9 @@ pub fn build_version(
             Vec::new(),
         ),
     };
+    if options.cluster_ref {
+        add_cluster_ref(&mut spec)?;
+    }
     if spec.description.is_none() {
         spec.description = Some(match &package.metadata.description {
             Some(d) => format!(
@@ -149,6 +159,53 @@ pub fn merge_version(crd: &mut CustomResourceDefinition, version: CustomResource
         Some(existing) => *existing = version,
         None => versions.push(version),
     }
+}
+
+/// Adds `spec.clusterRef: {name, key}`; a chart that declares its own top-level `clusterRef`
+/// cannot get it, because the key would be both a Helm value and compositor's.
+fn add_cluster_ref(spec: &mut JSONSchemaProps) -> Result<(), Error> {
+    let properties = spec.properties.get_or_insert_with(BTreeMap::new);
+    if properties.contains_key(CLUSTER_REF) {
+        return Err(Error::ReservedKey {
+            key: CLUSTER_REF.to_owned(),
+        });
+    }
+    let string = |description: &str| JSONSchemaProps {
+        type_: Some("string".to_owned()),
+        description: Some(description.to_owned()),
+        ..Default::default()
+    };
+    properties.insert(
+        CLUSTER_REF.to_owned(),
+        JSONSchemaProps {
+            type_: Some("object".to_owned()),
+            description: Some(
+                "The registered cluster to install on: its kubeconfig Secret. Not passed to the chart."
+                    .to_owned(),
+            ),
+            properties: Some(BTreeMap::from([
+                ("name".to_owned(), string("Name of the kubeconfig Secret.")),
+                ("key".to_owned(), string("Key of the kubeconfig in the Secret.")),
+            ])),
+            required: Some(vec!["name".to_owned()]),
+            ..Default::default()
+        },
+    );
+    Ok(())
+}
+
+/// Fails when the whole CRD (every version) is larger than `limit` bytes as JSON, so that an
+/// update adding a version is refused before etcd refuses it.
+pub fn check_size(crd: &CustomResourceDefinition, limit: usize) -> Result<(), Error> {
+    let size = serde_json::to_vec(crd).map_err(Error::Serialize)?.len();
+    if size > limit {
+        return Err(Error::CrdTooLarge {
+            name: crd.metadata.name.clone().unwrap_or_default(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// The CRD as a YAML document, as `compositor crd` prints it.
@@ -323,6 +380,35 @@ mod tests {
             .map(|v| (v.name.as_str(), v.storage))
             .collect();
         assert_eq!(stored, [("v1-1-5", false), ("v1-1-6", true)]);
+    }
+
+    #[test]
+    fn cluster_ref_is_added_unless_the_chart_has_one() {
+        let options = BuildOptions {
+            cluster_ref: true,
+            ..Default::default()
+        };
+        let (crd, _) = build(&package(Some(json!({"type": "object"}))), &options).unwrap();
+        let root = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let spec = &root.properties.as_ref().unwrap()["spec"];
+        assert!(spec.properties.as_ref().unwrap().contains_key("clusterRef"));
+        let taken = package(Some(
+            json!({"type": "object", "properties": {"clusterRef": {"type": "string"}}}),
+        ));
+        assert_eq!(build(&taken, &options).unwrap_err().reason(), "ReservedKey");
+    }
+
+    #[test]
+    fn whole_crd_size_is_checked() {
+        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
+        assert!(check_size(&crd, 1024 * 1024).is_ok());
+        assert_eq!(check_size(&crd, 100).unwrap_err().reason(), "CrdTooLarge");
     }
 
     #[test]

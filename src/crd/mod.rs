@@ -4,7 +4,10 @@ mod build;
 mod naming;
 mod size;
 
-pub use build::{BuildOptions, CATEGORIES, build, build_version, merge_version, to_yaml, version};
+pub use build::{
+    BuildOptions, CATEGORIES, CLUSTER_REF, build, build_version, check_size, merge_version,
+    to_yaml, version,
+};
 pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
 
@@ -33,6 +36,22 @@ pub enum Error {
         /// The budget.
         limit: usize,
     },
+    /// The chart's schema already declares a key compositor reserves in `spec`.
+    #[error("the chart's values already have a top-level {key:?}, which compositor reserves")]
+    ReservedKey {
+        /// The reserved key.
+        key: String,
+    },
+    /// The whole CRD, with every version, is larger than its limit.
+    #[error("CRD {name} would be {size} bytes with every version, over the limit of {limit} bytes")]
+    CrdTooLarge {
+        /// CRD name.
+        name: String,
+        /// Its size as JSON.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The schema could not be serialised (a bug, not an input problem).
     #[error("cannot serialise the schema")]
     Serialize(#[source] serde_json::Error),
@@ -47,6 +66,8 @@ impl Error {
         match self {
             Error::InvalidName { .. } => "InvalidName",
             Error::TooLarge { .. } => "SchemaTooLarge",
+            Error::ReservedKey { .. } => "ReservedKey",
+            Error::CrdTooLarge { .. } => "CrdTooLarge",
             Error::Serialize(_) | Error::Yaml(_) => "SerializationFailed",
         }
     }
