@@ -680,3 +680,51 @@ fn subchart_defaults_count_as_supplied_values() {
         "Default: \"admin\""
     );
 }
+
+#[test]
+fn malformed_keywords_never_break_the_output() {
+    for node in [
+        json!({"type": 5}),
+        json!({"type": []}),
+        json!({"type": ["null"]}),
+        json!({"type": "null"}),
+        json!({"type": "any"}),
+        json!({"properties": 3}),
+        json!({"properties": {"a": 1}}),
+        json!({"items": "x"}),
+        json!({"items": []}),
+        json!({"enum": "x"}),
+        json!({"enum": []}),
+        json!({"enum": [null]}),
+        json!({"required": "a"}),
+        json!({"allOf": {}}),
+        json!({"allOf": [1, false]}),
+        json!({"anyOf": [1, 2]}),
+        json!({"anyOf": []}),
+        json!({"oneOf": [true, {"type": "string"}]}),
+        json!({"$ref": 5}),
+        json!({"$ref": "#/nowhere"}),
+        json!({"$ref": "#"}),
+        json!({"additionalProperties": "x"}),
+        json!({"patternProperties": {"a": 1, "b": 2}}),
+        json!({"minimum": "a", "maxLength": -1, "multipleOf": 0}),
+        json!({"pattern": 4, "format": 1}),
+        json!({"type": "string", "enum": [1, 2]}),
+        json!({"type": "integer", "const": "x"}),
+        json!({"const": {"a": 1}}),
+        json!({"type": "array", "items": {"type": "array", "items": {"type": "array"}}, "uniqueItems": true}),
+        json!({"type": "object", "x-kubernetes-list-type": "map", "x-kubernetes-embedded-resource": true}),
+        json!({"x-kubernetes-int-or-string": true, "type": "string"}),
+        json!(false),
+        json!(null),
+        json!("string"),
+    ] {
+        let (_, _) = run(json!({"type": "object", "properties": {"x": node.clone()}}));
+        let (_, _) = run(node.clone());
+        let (_, _) = run_with(
+            json!({"type": "object", "properties": {"x": node}}),
+            &package(json!({"x": ""})),
+            true,
+        );
+    }
+}
