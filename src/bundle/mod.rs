@@ -22,7 +22,7 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{CompositionDefinition, DEFINITION_LABEL, VERSION_LABEL};
+use crate::api::{CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, VERSION_LABEL};
 
 /// Port of the controller's metrics and health endpoints.
 pub const METRICS_PORT: i32 = 8080;
@@ -117,6 +117,16 @@ pub fn bundle_labels(
     .into()
 }
 
+/// Annotations of every bundle object: the definition that made it.
+pub fn bundle_annotations(definition: &CompositionDefinition) -> BTreeMap<String, String> {
+    let owner = format!(
+        "{}/{}",
+        definition.namespace().unwrap_or_default(),
+        definition.name_any()
+    );
+    [(OWNER_ANNOTATION.to_string(), owner)].into()
+}
+
 impl Controller {
     /// Name of the Deployment and ServiceAccount: `<plural>-<version>-controller`.
     pub fn name(&self) -> String {
@@ -141,16 +151,19 @@ impl Controller {
     pub fn bundle(&self, definition: &CompositionDefinition) -> Result<Bundle, serde_json::Error> {
         let namespace = definition.namespace().unwrap_or_default();
         let labels = bundle_labels(definition, &self.resource.version);
+        let annotations = bundle_annotations(definition);
         let owned = ObjectMeta {
             name: Some(self.name()),
             namespace: Some(namespace.clone()),
             labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
             owner_references: owner_reference(definition).map(|o| vec![o]),
             ..ObjectMeta::default()
         };
         let cluster_meta = |name: String| ObjectMeta {
             name: Some(name),
             labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
             ..ObjectMeta::default()
         };
         let subjects = Some(vec![Subject {
@@ -191,6 +204,7 @@ impl Controller {
                     name: Some(cluster_name.clone()),
                     namespace: Some(release_namespace.clone()),
                     labels: Some(labels.clone()),
+                    annotations: Some(annotations.clone()),
                     ..ObjectMeta::default()
                 },
                 role_ref: role_ref("ClusterRole", &release_name),

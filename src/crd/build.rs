@@ -60,7 +60,7 @@ pub fn build(
 ) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
     let names = Names::new(&package.metadata.name, &options.names)?;
     let (version, warnings) = build_version(package, options)?;
-    Ok((crd(&names, vec![version]), warnings))
+    Ok((assemble(&names, vec![version]), warnings))
 }
 
 /// One served and stored CRD version for `package`, to be merged into an existing CRD with
@@ -213,7 +213,11 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, Error> {
     serde_saphyr::to_string(crd).map_err(Error::Yaml)
 }
 
-fn crd(names: &Names, versions: Vec<CustomResourceDefinitionVersion>) -> CustomResourceDefinition {
+/// A CRD with `names` and `versions` and everything else compositor sets on generated CRDs.
+pub fn assemble(
+    names: &Names,
+    versions: Vec<CustomResourceDefinitionVersion>,
+) -> CustomResourceDefinition {
     CustomResourceDefinition {
         metadata: ObjectMeta {
             name: Some(names.crd_name()),

@@ -1,13 +1,15 @@
 //! The CustomResourceDefinition of a chart: names, versions, assembly, size guard.
 
 mod build;
+mod compat;
 mod naming;
 mod size;
 
 pub use build::{
-    BuildOptions, CATEGORIES, CLUSTER_REF, build, build_version, check_size, merge_version,
-    to_yaml, version,
+    BuildOptions, CATEGORIES, CLUSTER_REF, assemble, build, build_version, check_size,
+    merge_version, to_yaml, version,
 };
+pub use compat::compatible;
 pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
 

@@ -1,0 +1,244 @@
+//! The edge: each subcommand's flags and what it does, with errors reported with context.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::chart::{self, Cache, ChartRef, Package};
+use crate::crd::{self, BuildOptions, NameOverrides};
+use crate::definition;
+use crate::helm;
+use crate::runtime::{self, LogFormat, Metrics, Readiness};
+use crate::schema::ConvertOptions;
+
+/// An error at the edge: what was being done, and why it failed.
+pub type CommandError = Box<dyn std::error::Error + Send + Sync>;
+
+fn context<E: std::error::Error + Send + Sync + 'static>(
+    what: impl Into<String>,
+) -> impl FnOnce(E) -> CommandError {
+    let what = what.into();
+    move |error| format!("{what}: {}", chain(&error)).into()
+}
+
+/// The error and its sources on one line.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".cache/compositor/charts"))
+        .unwrap_or_else(|| std::env::temp_dir().join("compositor-charts"))
+}
+
+/// Flags of `compositor crd`.
+#[derive(Args, Debug)]
+pub struct CrdArgs {
+    /// The chart: a directory, a `.tgz`, a Helm repository URL (with --repo), an
+    /// `https://…/chart.tgz` URL, or `oci://host/path`.
+    pub chart: String,
+    /// Chart name inside a Helm repository, or an extra OCI path segment.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Chart version or semver range (for repositories and OCI).
+    #[arg(long = "chart-version")]
+    pub chart_version: Option<String>,
+    /// Name of the CRD version (default: `v` + the chart version).
+    #[arg(long)]
+    pub version_name: Option<String>,
+    /// API group of the generated CRD.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Kind of the generated CRD (default: derived from the chart name).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Keep schema defaults that validate, and default parent objects to `{}`.
+    #[arg(long)]
+    pub apply_defaults: bool,
+    /// User name for the repository or registry.
+    #[arg(long)]
+    pub username: Option<String>,
+    /// Read the password for the repository or registry from standard input.
+    #[arg(long, requires = "username")]
+    pub password_stdin: bool,
+    /// Skip verification of the server's TLS certificate.
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Where downloaded charts are cached.
+    #[arg(long, env = "COMPOSITOR_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// `compositor crd`: prints the CRD a chart becomes on stdout, its lossy steps on stderr.
+pub async fn crd(args: CrdArgs) -> Result<(), CommandError> {
+    let remote = ["http://", "https://", "oci://"]
+        .iter()
+        .any(|scheme| args.chart.starts_with(scheme));
+    let package = if remote {
+        let mut reference = ChartRef {
+            url: args.chart.clone(),
+            repo: args.repo.clone(),
+            version: args.chart_version.clone(),
+            insecure_skip_verify_tls: args.insecure_skip_tls_verify,
+            ..ChartRef::default()
+        };
+        if let Some(username) = &args.username {
+            let mut password = String::new();
+            if args.password_stdin {
+                std::io::stdin()
+                    .read_to_string(&mut password)
+                    .map_err(context("reading the password from stdin"))?;
+            }
+            reference =
+                reference.with_basic_auth(username, password.trim_end_matches(['\r', '\n']));
+        }
+        let cache = Cache::open(args.cache_dir.clone().unwrap_or_else(default_cache_dir))
+            .map_err(context("opening the chart cache"))?;
+        chart::fetch(&reference, &cache)
+            .await
+            .map_err(context(format!("chart {}", args.chart)))?
+            .package
+    } else {
+        Package::load(std::path::Path::new(&args.chart))
+            .map_err(context(format!("chart {}", args.chart)))?
+    };
+    let options = BuildOptions {
+        names: NameOverrides {
+            group: args.group,
+            kind: args.kind,
+            ..NameOverrides::default()
+        },
+        version_name: args.version_name,
+        convert: ConvertOptions {
+            apply_defaults: args.apply_defaults,
+        },
+        ..BuildOptions::default()
+    };
+    let (crd, warnings) =
+        crd::build(&package, &options).map_err(context(format!("chart {}", args.chart)))?;
+    let yaml = crd::to_yaml(&crd).map_err(context("writing the CRD"))?;
+    // Warnings go to stderr, one per line, so stdout stays a clean manifest.
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
+    print!("{yaml}");
+    Ok(())
+}
+
+/// `compositor crds`: prints the operator's own CRDs.
+pub fn crds() -> Result<(), CommandError> {
+    print!(
+        "{}",
+        crate::api::crds_yaml().map_err(context("writing the CRDs"))?
+    );
+    Ok(())
+}
+
+/// Flags of `compositor run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Image of the per-version controllers (normally the operator's own).
+    #[arg(
+        long,
+        env = "COMPOSITOR_CONTROLLER_IMAGE",
+        default_value = "compositor:latest"
+    )]
+    pub controller_image: String,
+    /// Allow chart references to Secrets and ConfigMaps in other namespaces than the definition's.
+    #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
+    pub allow_cross_namespace_refs: bool,
+    /// Seconds between full resyncs of a definition.
+    #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 600)]
+    pub resync_seconds: u64,
+    /// Seconds a chart repository's version list is trusted (version ranges re-resolve after it).
+    #[arg(long, env = "COMPOSITOR_CHART_POLL_SECONDS", default_value_t = 300)]
+    pub chart_poll_seconds: u64,
+    /// Definitions reconciled at once.
+    #[arg(long, env = "COMPOSITOR_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+    /// Watch only this namespace.
+    #[arg(long, env = "COMPOSITOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Where downloaded charts are cached.
+    #[arg(long, env = "COMPOSITOR_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The helm binary (default: HELM_BIN, then PATH).
+    #[arg(long)]
+    pub helm: Option<PathBuf>,
+    /// Seconds one helm call may take.
+    #[arg(long, env = "COMPOSITOR_HELM_TIMEOUT_SECONDS", default_value_t = 300)]
+    pub helm_timeout_seconds: u64,
+    /// Address of the metrics and health endpoints.
+    #[arg(
+        long,
+        env = "COMPOSITOR_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_address: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "COMPOSITOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Debug logging.
+    #[arg(long, env = "COMPOSITOR_DEBUG")]
+    pub debug: bool,
+}
+
+/// `compositor run`: the operator.
+pub async fn run(args: RunArgs) -> Result<(), CommandError> {
+    runtime::init_logging(args.log_format, args.debug);
+    let metrics = Arc::new(Metrics::default());
+    let engine = helm::Engine::locate(
+        args.helm,
+        Duration::from_secs(args.helm_timeout_seconds),
+        metrics.clone(),
+    )
+    .map_err(context("finding helm"))?;
+    let cache = Cache::new(
+        args.cache_dir.unwrap_or_else(default_cache_dir),
+        chart::DEFAULT_MAX_BYTES,
+        Duration::from_secs(args.chart_poll_seconds),
+    )
+    .map_err(context("opening the chart cache"))?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(context("connecting to Kubernetes"))?;
+    let config = definition::Config {
+        controller_image: args.controller_image,
+        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        resync: Duration::from_secs(args.resync_seconds),
+        concurrency: args.concurrency,
+        namespace: args.namespace,
+    };
+    let readiness = Readiness::default();
+    let server = tokio::spawn(runtime::serve(
+        args.metrics_address,
+        metrics.clone(),
+        readiness.clone(),
+        runtime::shutdown_signal(),
+    ));
+    let operator = Arc::new(definition::Context::new(
+        client, config, engine, cache, metrics,
+    ));
+    readiness.set(true);
+    tracing::info!(address = %args.metrics_address, "operator started");
+    definition::run(operator, runtime::shutdown_signal()).await;
+    readiness.set(false);
+    server
+        .await
+        .map_err(context("stopping the metrics server"))?
+        .map_err(context("serving metrics"))?;
+    tracing::info!("operator stopped");
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! The generated CRD on the cluster: a new chart version adds a version and becomes the storage
+//! version; versions already there stay served.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceDefinitionVersion,
+};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+
+use super::Error;
+use super::objects::FIELD_MANAGER;
+use crate::api::{CompositionDefinition, OWNER_ANNOTATION};
+use crate::crd::{self, Names};
+
+/// Merges `version` into the live CRD (or a new one), applies it, and returns what the
+/// apiserver stored.
+pub async fn apply_version(
+    client: &Client,
+    definition: &CompositionDefinition,
+    names: &Names,
+    version: CustomResourceDefinitionVersion,
+) -> Result<CustomResourceDefinition, Error> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let name = names.crd_name();
+    let owner = format!(
+        "{}/{}",
+        definition.namespace().unwrap_or_default(),
+        definition.name_any()
+    );
+    let live = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::Kube("crds.rs:1", e))?;
+    let mut desired = match &live {
+        Some(live) => {
+            check_owner(client, live, &owner, &version.name).await?;
+            let mut desired = crd::assemble(names, live.spec.versions.clone());
+            desired.metadata.resource_version = live.resource_version();
+            desired
+        }
+        None => crd::assemble(names, Vec::new()),
+    };
+    if let Some(live) = &live
+        && let Some(existing) = live.spec.versions.iter().find(|v| v.name == version.name)
+        && !crd::compatible(existing, &version)
+    {
+        return Err(Error::SchemaConflict {
+            version: version.name.clone(),
+            detail: "the chart was republished with a schema that removes or changes fields; publish it as a new version"
+                .to_string(),
+        });
+    }
+    crd::merge_version(&mut desired, version);
+    // The definition that made the CRD stays its owner while others share it.
+    let crd_owner = live
+        .as_ref()
+        .and_then(|l| l.annotations().get(OWNER_ANNOTATION).cloned())
+        .unwrap_or(owner);
+    desired
+        .annotations_mut()
+        .insert(OWNER_ANNOTATION.to_string(), crd_owner);
+    if live.as_ref().is_some_and(|live| {
+        live.spec == desired.spec && live.annotations() == desired.annotations()
+    }) {
+        return live.ok_or(Error::Waiting("CRD"));
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await
+    .map_err(|e| Error::Kube("crds.rs:2", e))
+}
+
+/// A CRD made for another definition may be shared only for other versions (multi-version
+/// management); serving the same version twice is refused.
+async fn check_owner(
+    client: &Client,
+    live: &CustomResourceDefinition,
+    owner: &str,
+    version: &str,
+) -> Result<(), Error> {
+    let Some(live_owner) = live.annotations().get(OWNER_ANNOTATION) else {
+        return Err(Error::CrdOwnedByAnother {
+            crd: live.name_any(),
+            owner: "someone else".to_string(),
+        });
+    };
+    if live_owner == owner || !live.spec.versions.iter().any(|v| v.name == version) {
+        return Ok(());
+    }
+    let (namespace, name) = live_owner.split_once('/').unwrap_or_default();
+    let other = Api::<CompositionDefinition>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::Kube("crds.rs:3", e))?;
+    match other {
+        None => Ok(()),
+        Some(_) => Err(Error::CrdOwnedByAnother {
+            crd: live.name_any(),
+            owner: live_owner.clone(),
+        }),
+    }
+}
+
+/// Whether the apiserver reports the CRD Established.
+pub fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}

@@ -1,0 +1,814 @@
+//! The operator: reconciles each CompositionDefinition into a CRD version per chart version and
+//! a controller bundle per served version, and removes what is no longer used.
+//!
+//! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
+//! into a CRD version and apply the CRD → derive the controller's permissions from the chart →
+//! apply one bundle per served version → delete stale bundles → write status.
+
+mod crds;
+mod objects;
+mod permissions;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::api::{
+    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, DEFINITION_LABEL,
+    DefinitionVersion, DeletionPolicy, FINALIZER, NamespacePlacement, OWNER_ANNOTATION,
+    ResolvedChart, VERSION_LABEL, find_condition, is_paused, set_condition,
+};
+use crate::bundle::{
+    self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
+};
+use crate::chart::{self, Cache, ChartRef, Fetched};
+use crate::crd::{self, BuildOptions, NameOverrides, Names};
+use crate::helm;
+use crate::runtime::{Metrics, ReconcileOutcome};
+
+pub use objects::FIELD_MANAGER;
+
+/// Most warnings kept in a definition's status.
+const WARNING_LIMIT: usize = 50;
+
+/// Why a reconcile of a definition stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The chart could not be resolved, fetched or read.
+    #[error(transparent)]
+    Chart(#[from] chart::Error),
+    /// The chart's CRD could not be built.
+    #[error(transparent)]
+    Crd(#[from] crd::Error),
+    /// The CRD exists and serves this version for another definition (or was not made by compositor).
+    #[error("CRD {crd} is managed by {owner}")]
+    CrdOwnedByAnother {
+        /// CRD name.
+        crd: String,
+        /// The other owner.
+        owner: String,
+    },
+    /// A republished chart version changes its schema incompatibly.
+    #[error("version {version} cannot be updated: {detail}")]
+    SchemaConflict {
+        /// CRD version name.
+        version: String,
+        /// Why not.
+        detail: String,
+    },
+    /// Something is not there yet; not a failure.
+    #[error("waiting for the {0}")]
+    Waiting(&'static str),
+    /// Compositions are still being uninstalled.
+    #[error("waiting for {0} compositions to be deleted")]
+    CompositionsRemaining(usize),
+    /// A bundle object could not be built (a bug).
+    #[error("cannot build the controller bundle")]
+    Bundle(#[source] serde_json::Error),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API request failed ({0})")]
+    Kube(&'static str, #[source] kube::Error),
+    /// The finalizer helper failed.
+    #[error("finalizer failed")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// The condition reason, and which condition it belongs to.
+    fn reason(&self) -> (&'static str, &'static str) {
+        match self {
+            Error::Chart(error) => ("ChartResolved", error.reason()),
+            Error::Crd(error) => ("CRDReady", error.reason()),
+            Error::CrdOwnedByAnother { .. } => ("CRDReady", "CRDOwnedByAnotherDefinition"),
+            Error::SchemaConflict { .. } => ("CRDReady", "SchemaConflict"),
+            Error::Waiting(_) => ("CRDReady", "Progressing"),
+            Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
+            Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
+            Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
+        }
+    }
+
+    /// Errors that a retry cannot fix until the definition (or its chart) changes.
+    fn is_terminal(&self) -> bool {
+        match self {
+            Error::Chart(error) => !error.is_transient(),
+            Error::Crd(_)
+            | Error::CrdOwnedByAnother { .. }
+            | Error::SchemaConflict { .. }
+            | Error::Bundle(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// How the operator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Image of the per-version controllers (the operator's own).
+    pub controller_image: String,
+    /// Allow Secret and ConfigMap references to other namespaces.
+    pub allow_cross_namespace_refs: bool,
+    /// Reconcile every definition at least this often.
+    pub resync: Duration,
+    /// Reconcile at most this many definitions at once.
+    pub concurrency: u16,
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    config: Config,
+    helm: helm::Engine,
+    cache: Cache,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    /// Chart kinds by chart digest: a chart's content never changes under its digest.
+    kinds: Mutex<BTreeMap<String, permissions::ChartKinds>>,
+}
+
+impl Context {
+    /// A context for the operator.
+    pub fn new(
+        client: Client,
+        config: Config,
+        helm: helm::Engine,
+        cache: Cache,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "compositor".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            helm,
+            cache,
+            metrics,
+            kinds: Mutex::default(),
+        }
+    }
+}
+
+/// Runs the operator until `shutdown` resolves.
+pub async fn run(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = context.client.clone();
+    let definitions: Api<CompositionDefinition> = match &context.config.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let owned = watcher::Config::default().labels(DEFINITION_LABEL);
+    let by_owner_annotation =
+        |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
+            let (namespace, name) = owner.split_once('/')?;
+            Some(ObjectRef::<CompositionDefinition>::new(name).within(namespace))
+        };
+    Controller::new(definitions, watcher::Config::default())
+        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+        .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
+        .owns(Api::<Role>::all(client.clone()), owned.clone())
+        .watches(
+            Api::<RoleBinding>::all(client.clone()),
+            owned.clone(),
+            move |o: RoleBinding| by_owner_annotation(&o.metadata),
+        )
+        .watches(
+            Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone()),
+            owned.clone(),
+            move |o| by_owner_annotation(&o.metadata),
+        )
+        .watches(
+            Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone()),
+            owned,
+            move |o| by_owner_annotation(&o.metadata),
+        )
+        .watches(
+            Api::<CustomResourceDefinition>::all(client),
+            watcher::Config::default(),
+            move |o| by_owner_annotation(&o.metadata),
+        )
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(context.config.concurrency),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+#[tracing::instrument(skip(definition, context), fields(definition = %definition.name_any()))]
+async fn reconcile(
+    definition: Arc<CompositionDefinition>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(definition, &context).await;
+    let outcome = if result.is_ok() {
+        ReconcileOutcome::Success
+    } else {
+        ReconcileOutcome::Error
+    };
+    context.metrics.reconciled(outcome, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(
+    definition: Arc<CompositionDefinition>,
+    context: &Context,
+) -> Result<Action, Error> {
+    let namespace = definition.namespace().unwrap_or_default();
+    let api: Api<CompositionDefinition> = Api::namespaced(context.client.clone(), &namespace);
+    if is_paused(&definition.metadata) {
+        let mut status = definition.status.clone().unwrap_or_default();
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "Paused",
+            "reconciliation is paused by annotation",
+            definition.metadata.generation,
+        );
+        write_status(&api, &definition, status).await?;
+        return Ok(Action::await_change());
+    }
+    finalizer(&api, FINALIZER, definition, |event| async {
+        match event {
+            Event::Apply(definition) => apply(&definition, context, &api).await,
+            Event::Cleanup(definition) => cleanup(&definition, context).await,
+        }
+    })
+    .await
+    .map_err(|error| match error {
+        kube::runtime::finalizer::Error::ApplyFailed(error)
+        | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
+        other => Error::Finalizer(Box::new(other)),
+    })
+}
+
+fn error_policy(
+    definition: Arc<CompositionDefinition>,
+    error: &Error,
+    _context: Arc<Context>,
+) -> Action {
+    match error {
+        Error::Waiting(_) | Error::CompositionsRemaining(_) => {
+            Action::requeue(Duration::from_secs(2))
+        }
+        error if error.is_terminal() => {
+            tracing::info!(definition = %definition.name_any(), %error, "waiting for a change");
+            Action::requeue(Duration::from_secs(300))
+        }
+        error => {
+            tracing::warn!(definition = %definition.name_any(), error = %error_chain(error), "reconcile failed");
+            Action::requeue(Duration::from_secs(15))
+        }
+    }
+}
+
+/// The error with its sources, for messages; the apiserver's own message stands for an API error.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut next = Some(error);
+    while let Some(current) = next {
+        if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {
+            parts.push(status.message.clone());
+            break;
+        }
+        parts.push(current.to_string());
+        next = current.source();
+    }
+    parts.join(": ")
+}
+
+/// One reconcile of a live definition; on failure the failing step's condition says why.
+async fn apply(
+    definition: &CompositionDefinition,
+    context: &Context,
+    api: &Api<CompositionDefinition>,
+) -> Result<Action, Error> {
+    let previous = definition.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    let result = converge(definition, context, &mut status).await;
+    let generation = definition.metadata.generation;
+    match &result {
+        Ok(_) => {
+            let message = match &status.crd {
+                Some(crd) => format!(
+                    "{} {} is served by {} controller(s)",
+                    crd.kind,
+                    crd.stored_version,
+                    status.versions.len()
+                ),
+                None => "ready".to_string(),
+            };
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "Ready",
+                &message,
+                generation,
+            );
+            status.observed_generation = generation;
+        }
+        Err(error) => {
+            let (condition, reason) = error.reason();
+            let message = error_chain(error);
+            if condition != "Ready" {
+                set_condition(
+                    &mut status.conditions,
+                    condition,
+                    false,
+                    reason,
+                    &message,
+                    generation,
+                );
+            }
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                reason,
+                &message,
+                generation,
+            );
+            if error.is_terminal() {
+                status.observed_generation = generation;
+            }
+        }
+    }
+    publish_transition(context, definition, &previous, &status).await;
+    if status != previous {
+        write_status(api, definition, status).await?;
+    }
+    result
+}
+
+/// Resolves, builds and applies everything, updating `status` step by step.
+async fn converge(
+    definition: &CompositionDefinition,
+    context: &Context,
+    status: &mut CompositionDefinitionStatus,
+) -> Result<Action, Error> {
+    let generation = definition.metadata.generation;
+    let spec = &definition.spec;
+    let fetched = fetch(definition, context, spec.chart.version.clone()).await?;
+    status.chart = Some(ResolvedChart {
+        url: fetched.url.clone(),
+        version: fetched.version.clone(),
+        digest: fetched.digest.clone(),
+    });
+    set_condition(
+        &mut status.conditions,
+        "ChartResolved",
+        true,
+        "ChartResolved",
+        &format!("{} {}", fetched.package.name(), fetched.version),
+        generation,
+    );
+
+    let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
+    let options = build_options(definition);
+    let (version, warnings) = crd::build_version(&fetched.package, &options)?;
+    let current_version = version.name.clone();
+    let live_crd = crds::apply_version(&context.client, definition, &names, version).await?;
+    status.crd = Some(CrdStatus {
+        name: names.crd_name(),
+        kind: names.kind.clone(),
+        plural: names.plural.clone(),
+        group: names.group.clone(),
+        stored_version: current_version.clone(),
+        served_versions: live_crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.served)
+            .map(|v| v.name.clone())
+            .collect(),
+    });
+    if !crds::established(&live_crd) {
+        return Err(Error::Waiting("CRD to be established"));
+    }
+    set_condition(
+        &mut status.conditions,
+        "CRDReady",
+        true,
+        "Established",
+        &names.crd_name(),
+        generation,
+    );
+
+    // Versions in use: the current one, and every earlier one that compositions still carry.
+    let resource = GeneratedResource {
+        group: names.group.clone(),
+        version: current_version.clone(),
+        plural: names.plural.clone(),
+    };
+    let compositions = list_compositions(&context.client, &names, &current_version).await?;
+    let mut served: Vec<(String, String)> =
+        vec![(current_version.clone(), fetched.version.clone())];
+    for known in &status.versions {
+        if known.version != current_version && compositions.contains_key(&known.version) {
+            served.push((known.version.clone(), known.chart_version.clone()));
+        }
+    }
+
+    let mut desired_keys = BTreeSet::new();
+    let mut all_warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    let mut versions = Vec::new();
+    let mut incomplete = false;
+    for (version, chart_version) in &served {
+        let chart = if *chart_version == fetched.version {
+            fetched.clone()
+        } else {
+            fetch(definition, context, Some(chart_version.clone())).await?
+        };
+        let kinds = chart_kinds(context, &chart).await;
+        incomplete |= kinds.incomplete();
+        all_warnings.extend(kinds.warnings.iter().cloned());
+        let namespaces = compositions.get(version).cloned().unwrap_or_default();
+        let controller = ControllerBundle {
+            resource: GeneratedResource {
+                version: version.clone(),
+                ..resource.clone()
+            },
+            chart_version: chart_version.clone(),
+            image: context.config.controller_image.clone(),
+            permissions: Permissions {
+                kinds: kinds.resolved,
+                creates_namespaces: spec.placement.namespace == NamespacePlacement::CompositionName,
+                secrets: referenced_secrets(definition, context)?,
+                release_namespaces: namespaces.release_namespaces(spec.placement.namespace),
+            },
+        };
+        let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
+        for object in bundle.objects().map_err(Error::Bundle)? {
+            desired_keys.insert(objects::key(&object));
+            objects::apply(&context.client, object)
+                .await
+                .map_err(|e| Error::Kube("mod.rs:1", e))?;
+        }
+        versions.push(DefinitionVersion {
+            version: version.clone(),
+            chart_version: chart_version.clone(),
+            controller: controller.name(),
+            compositions: namespaces.count as i64,
+        });
+    }
+    let selector = format!("{DEFINITION_LABEL}={}", definition_label(definition));
+    objects::delete_stale(
+        &context.client,
+        &bundle::bundle_kinds(),
+        &selector,
+        &desired_keys,
+    )
+    .await
+    .map_err(|e| Error::Kube("mod.rs:2", e))?;
+
+    status.versions = versions;
+    all_warnings.truncate(WARNING_LIMIT);
+    status.warnings = all_warnings;
+    set_condition(
+        &mut status.conditions,
+        "ControllerReady",
+        true,
+        "BundleApplied",
+        &format!("{} controller(s)", served.len()),
+        generation,
+    );
+    // Kinds that discovery does not know yet (a CRD the chart installs) are retried soon.
+    Ok(if incomplete {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::requeue(context.config.resync)
+    })
+}
+
+/// Compositions of one version: how many, and their namespaces and names.
+#[derive(Clone, Debug, Default)]
+struct VersionUse {
+    count: usize,
+    /// `(namespace, name)` of each composition.
+    objects: BTreeSet<(String, String)>,
+}
+
+impl VersionUse {
+    /// Where releases of these compositions live.
+    fn release_namespaces(&self, placement: NamespacePlacement) -> BTreeSet<String> {
+        self.objects
+            .iter()
+            .map(|(namespace, name)| match placement {
+                NamespacePlacement::Composition => namespace.clone(),
+                NamespacePlacement::CompositionName => name.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Every composition of the CRD by version label (unlabelled ones belong to `current`).
+async fn list_compositions(
+    client: &Client,
+    names: &Names,
+    current: &str,
+) -> Result<BTreeMap<String, VersionUse>, Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&names.group, current, &names.kind),
+        &names.plural,
+    );
+    let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| Error::Kube("mod.rs:3", e))?;
+    let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
+    for item in listed.items {
+        let version = item
+            .labels()
+            .get(VERSION_LABEL)
+            .cloned()
+            .unwrap_or_else(|| current.to_string());
+        let entry = by_version.entry(version).or_default();
+        entry.count += 1;
+        entry.objects.insert((
+            item.metadata.namespace.clone().unwrap_or_default(),
+            item.name_any(),
+        ));
+    }
+    Ok(by_version)
+}
+
+async fn fetch(
+    definition: &CompositionDefinition,
+    context: &Context,
+    version: Option<String>,
+) -> Result<Fetched, Error> {
+    let source = &definition.spec.chart;
+    let policy = chart::credentials::RefPolicy {
+        namespace: definition.namespace().unwrap_or_default(),
+        allow_cross_namespace: context.config.allow_cross_namespace_refs,
+    };
+    let resolved = chart::credentials::resolve(
+        &context.client,
+        &policy,
+        source.ca_bundle_ref.as_ref(),
+        source.credentials.as_ref(),
+    )
+    .await?;
+    let reference = resolved.apply_to(ChartRef {
+        url: source.url.clone(),
+        repo: source.repo.clone(),
+        version,
+        insecure_skip_verify_tls: source.insecure_skip_verify_tls,
+        ..ChartRef::default()
+    });
+    Ok(chart::fetch(&reference, &context.cache).await?)
+}
+
+fn referenced_secrets(
+    definition: &CompositionDefinition,
+    context: &Context,
+) -> Result<BTreeSet<String>, Error> {
+    let namespace = definition.namespace().unwrap_or_default();
+    let policy = chart::credentials::RefPolicy {
+        namespace: namespace.clone(),
+        allow_cross_namespace: context.config.allow_cross_namespace_refs,
+    };
+    let source = &definition.spec.chart;
+    let secrets = chart::credentials::referenced_secrets(
+        &policy,
+        source.ca_bundle_ref.as_ref(),
+        source.credentials.as_ref(),
+    )?;
+    Ok(secrets
+        .into_iter()
+        .filter(|(ns, _)| *ns == namespace)
+        .map(|(_, name)| name)
+        .collect())
+}
+
+async fn chart_kinds(context: &Context, fetched: &Fetched) -> permissions::ChartKinds {
+    if let Some(known) = context.kinds.lock().await.get(&fetched.digest) {
+        return known.clone();
+    }
+    let kinds = permissions::chart_kinds_of(&context.client, &context.helm, fetched).await;
+    if !kinds.incomplete() {
+        context
+            .kinds
+            .lock()
+            .await
+            .insert(fetched.digest.clone(), kinds.clone());
+    }
+    kinds
+}
+
+fn name_overrides(definition: &CompositionDefinition) -> NameOverrides {
+    let names = definition.spec.names.clone().unwrap_or_default();
+    NameOverrides {
+        group: names.group,
+        kind: names.kind,
+        plural: names.plural,
+        short_names: names.short_names,
+    }
+}
+
+fn build_options(definition: &CompositionDefinition) -> BuildOptions {
+    BuildOptions {
+        names: name_overrides(definition),
+        convert: crate::schema::ConvertOptions {
+            apply_defaults: definition.spec.schema.apply_defaults,
+        },
+        ..BuildOptions::default()
+    }
+}
+
+/// Deletion: with `Delete`, compositions go first (their controllers uninstall the releases),
+/// then the bundles, then the CRD if no other definition serves it; with `Orphan`, only the
+/// bundles go.
+async fn cleanup(definition: &CompositionDefinition, context: &Context) -> Result<Action, Error> {
+    let crd_status = definition.status.as_ref().and_then(|s| s.crd.clone());
+    if definition.spec.deletion_policy == DeletionPolicy::Delete
+        && let Some(crd_status) = &crd_status
+    {
+        let names = Names::new(
+            &crd_status.kind,
+            &NameOverrides {
+                group: Some(crd_status.group.clone()),
+                kind: Some(crd_status.kind.clone()),
+                plural: Some(crd_status.plural.clone()),
+                short_names: Vec::new(),
+            },
+        )?;
+        let crd_api = Api::<CustomResourceDefinition>::all(context.client.clone());
+        if crd_api
+            .get_opt(&crd_status.name)
+            .await
+            .map_err(|e| Error::Kube("mod.rs:4", e))?
+            .is_some()
+        {
+            let remaining =
+                delete_compositions(&context.client, &names, &crd_status.stored_version).await?;
+            if remaining > 0 {
+                return Err(Error::CompositionsRemaining(remaining));
+            }
+        }
+    }
+    let selector = format!("{DEFINITION_LABEL}={}", definition_label(definition));
+    objects::delete_stale(
+        &context.client,
+        &bundle::bundle_kinds(),
+        &selector,
+        &BTreeSet::new(),
+    )
+    .await
+    .map_err(|e| Error::Kube("mod.rs:5", e))?;
+    if definition.spec.deletion_policy == DeletionPolicy::Delete
+        && let Some(crd_status) = crd_status
+    {
+        delete_crd_if_unshared(&context.client, definition, &crd_status.name).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Asks every composition to go; returns how many are still there.
+async fn delete_compositions(
+    client: &Client,
+    names: &Names,
+    version: &str,
+) -> Result<usize, Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&names.group, version, &names.kind),
+        &names.plural,
+    );
+    let all = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let listed = all
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| Error::Kube("mod.rs:6", e))?;
+    for item in &listed.items {
+        if item.metadata.deletion_timestamp.is_none() {
+            let namespace = item.metadata.namespace.clone().unwrap_or_default();
+            let api = Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &resource);
+            match api
+                .delete(&item.name_any(), &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(Error::Kube("delete composition", error)),
+            }
+        }
+    }
+    Ok(listed.items.len())
+}
+
+async fn delete_crd_if_unshared(
+    client: &Client,
+    definition: &CompositionDefinition,
+    crd_name: &str,
+) -> Result<(), Error> {
+    let others = Api::<CompositionDefinition>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::Kube("mod.rs:7", e))?;
+    let shared = others.items.iter().any(|other| {
+        other.uid() != definition.uid()
+            && other.metadata.deletion_timestamp.is_none()
+            && other
+                .status
+                .as_ref()
+                .and_then(|s| s.crd.as_ref())
+                .is_some_and(|crd| crd.name == crd_name)
+    });
+    if shared {
+        return Ok(());
+    }
+    match Api::<CustomResourceDefinition>::all(client.clone())
+        .delete(crd_name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(Error::Kube("delete CRD", error)),
+    }
+}
+
+async fn write_status(
+    api: &Api<CompositionDefinition>,
+    definition: &CompositionDefinition,
+    status: CompositionDefinitionStatus,
+) -> Result<(), Error> {
+    let patch = json!({
+        "apiVersion": CompositionDefinition::api_version(&()),
+        "kind": CompositionDefinition::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &definition.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::Kube("mod.rs:8", e))?;
+    Ok(())
+}
+
+/// Publishes an event when Ready changes status or reason, never on a plain resync.
+async fn publish_transition(
+    context: &Context,
+    definition: &CompositionDefinition,
+    before: &CompositionDefinitionStatus,
+    after: &CompositionDefinitionStatus,
+) {
+    let old =
+        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
+    let Some(new) = find_condition(&after.conditions, "Ready") else {
+        return;
+    };
+    if old == Some((new.status.clone(), new.reason.clone())) {
+        return;
+    }
+    let event = KubeEvent {
+        type_: if new.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: new.reason.clone(),
+        note: Some(new.message.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = context
+        .recorder
+        .publish(&event, &definition.object_ref(&()))
+        .await
+    {
+        tracing::warn!(%error, "cannot publish event");
+    }
+}
