@@ -1,0 +1,449 @@
+//! Resolving a chart source's Secret and ConfigMap references into credentials and a CA bundle.
+//!
+//! The reference types are plain data in the shape of `spec.chart` (Krateo's field names), so
+//! the API types can embed them. References to another namespace than the definition's are
+//! refused unless the operator allows them: otherwise anyone allowed to create a definition
+//! could make the operator read any Secret in the cluster.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Error;
+use super::reference::{ChartRef, Credentials, DockerConfig};
+
+/// `spec.chart.credentials`: a username with a password from a Secret key, or a whole
+/// `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartCredentials {
+    /// User name, used with `passwordRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The Secret key holding the password or token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_ref: Option<SecretKeyRef>,
+    /// A `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A key of a Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key in the Secret's data.
+    pub key: String,
+}
+
+/// A whole Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `spec.chart.caBundleRef`: PEM CA certificates in a ConfigMap or Secret key.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct CaBundleRef {
+    /// `ConfigMap` or `Secret`; when empty a ConfigMap is looked up first, then a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<CaBundleKind>,
+    /// The object's name.
+    pub name: String,
+    /// The object's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key holding the PEM bundle; `ca.crt` when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Where a CA bundle is stored.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum CaBundleKind {
+    /// A ConfigMap (`data` or `binaryData`).
+    ConfigMap,
+    /// A Secret.
+    Secret,
+}
+
+/// What the references resolved to.
+#[derive(Clone, Debug, Default)]
+pub struct Resolved {
+    /// The CA bundle, PEM.
+    pub ca_bundle: Option<Vec<u8>>,
+    /// The credentials.
+    pub credentials: Option<Credentials>,
+}
+
+impl Resolved {
+    /// Puts the resolved CA bundle and credentials into a chart reference.
+    pub fn apply_to(self, mut chart: ChartRef) -> ChartRef {
+        chart.ca_bundle = self.ca_bundle;
+        chart.credentials = self.credentials;
+        chart
+    }
+}
+
+/// Who may be referenced: the definition's namespace, and whether other namespaces are allowed
+/// (`--allow-cross-namespace-refs`).
+#[derive(Clone, Debug)]
+pub struct RefPolicy {
+    /// The namespace of the definition.
+    pub namespace: String,
+    /// Allow references to other namespaces.
+    pub allow_cross_namespace: bool,
+}
+
+impl RefPolicy {
+    /// The namespace a reference resolves to, or `CrossNamespaceRefDenied`.
+    pub fn namespace_for(
+        &self,
+        kind: &'static str,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<String, Error> {
+        let wanted = namespace
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&self.namespace);
+        if wanted != self.namespace && !self.allow_cross_namespace {
+            return Err(Error::CrossNamespaceRefDenied {
+                kind,
+                name: name.to_string(),
+                namespace: wanted.to_string(),
+                own_namespace: self.namespace.clone(),
+            });
+        }
+        Ok(wanted.to_string())
+    }
+}
+
+/// The Secrets the references point at, as `(namespace, name)`, for RBAC.
+pub fn referenced_secrets(
+    policy: &RefPolicy,
+    ca_bundle_ref: Option<&CaBundleRef>,
+    credentials: Option<&ChartCredentials>,
+) -> Result<Vec<(String, String)>, Error> {
+    let mut out = Vec::new();
+    if let Some(c) = credentials {
+        if let Some(r) = &c.password_ref {
+            out.push((
+                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
+                r.name.clone(),
+            ));
+        }
+        if let Some(r) = &c.secret_ref {
+            out.push((
+                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
+                r.name.clone(),
+            ));
+        }
+    }
+    if let Some(r) = ca_bundle_ref
+        && r.kind != Some(CaBundleKind::ConfigMap)
+    {
+        out.push((
+            policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
+            r.name.clone(),
+        ));
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Reads the referenced Secrets and ConfigMaps.
+pub async fn resolve(
+    client: &kube::Client,
+    policy: &RefPolicy,
+    ca_bundle_ref: Option<&CaBundleRef>,
+    credentials: Option<&ChartCredentials>,
+) -> Result<Resolved, Error> {
+    // Check every namespace before reading anything.
+    referenced_secrets(policy, ca_bundle_ref, credentials)?;
+    if let Some(r) = ca_bundle_ref {
+        policy.namespace_for("ConfigMap", &r.name, r.namespace.as_deref())?;
+    }
+
+    let mut resolved = Resolved::default();
+    if let Some(r) = ca_bundle_ref {
+        resolved.ca_bundle = Some(ca_bundle(client, policy, r).await?);
+    }
+    if let Some(c) = credentials {
+        resolved.credentials = resolve_credentials(client, policy, c).await?;
+    }
+    Ok(resolved)
+}
+
+async fn resolve_credentials(
+    client: &kube::Client,
+    policy: &RefPolicy,
+    spec: &ChartCredentials,
+) -> Result<Option<Credentials>, Error> {
+    if let Some(r) = &spec.password_ref {
+        let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+        let username = spec
+            .username
+            .clone()
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| Error::InvalidReference {
+                kind: "Secret",
+                name: r.name.clone(),
+                namespace: namespace.clone(),
+                detail: "credentials.username is required with passwordRef".to_string(),
+            })?;
+        let secret = get_secret(client, &namespace, &r.name).await?;
+        let password = secret_text(&secret, &r.key, &namespace, &r.name)?;
+        return Ok(Some(Credentials::Basic { username, password }));
+    }
+    let Some(r) = &spec.secret_ref else {
+        return Ok(None);
+    };
+    let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+    let secret = get_secret(client, &namespace, &r.name).await?;
+    let invalid = |detail: String| Error::InvalidReference {
+        kind: "Secret",
+        name: r.name.clone(),
+        namespace: namespace.clone(),
+        detail,
+    };
+    match secret.type_.as_deref().unwrap_or("Opaque") {
+        "kubernetes.io/dockerconfigjson" => {
+            let bytes = secret_bytes(&secret, ".dockerconfigjson", &namespace, &r.name)?;
+            let config = DockerConfig::parse(&bytes)
+                .map_err(|e| invalid(format!(".dockerconfigjson: {e}")))?;
+            Ok(Some(Credentials::DockerConfig(config)))
+        }
+        "kubernetes.io/dockercfg" => {
+            let bytes = secret_bytes(&secret, ".dockercfg", &namespace, &r.name)?;
+            let config =
+                DockerConfig::parse(&bytes).map_err(|e| invalid(format!(".dockercfg: {e}")))?;
+            Ok(Some(Credentials::DockerConfig(config)))
+        }
+        "kubernetes.io/basic-auth" | "Opaque" => {
+            let username = secret_text(&secret, "username", &namespace, &r.name)?;
+            let password = secret_text(&secret, "password", &namespace, &r.name)?;
+            let username = spec
+                .username
+                .clone()
+                .filter(|u| !u.is_empty())
+                .unwrap_or(username);
+            Ok(Some(Credentials::Basic { username, password }))
+        }
+        other => Err(invalid(format!(
+            "Secret type {other:?} is not supported; use kubernetes.io/basic-auth or kubernetes.io/dockerconfigjson"
+        ))),
+    }
+}
+
+async fn ca_bundle(
+    client: &kube::Client,
+    policy: &RefPolicy,
+    r: &CaBundleRef,
+) -> Result<Vec<u8>, Error> {
+    let key = r
+        .key
+        .as_deref()
+        .filter(|k| !k.is_empty())
+        .unwrap_or("ca.crt");
+    let kind_ns = |kind: &'static str| policy.namespace_for(kind, &r.name, r.namespace.as_deref());
+    if r.kind != Some(CaBundleKind::Secret) {
+        let namespace = kind_ns("ConfigMap")?;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let found = api
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| lookup_failed("ConfigMap", &namespace, &r.name, e))?;
+        match found {
+            Some(cm) => {
+                let text = cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|s| s.as_bytes().to_vec());
+                let binary = cm
+                    .binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|b| b.0.clone());
+                return text.or(binary).ok_or_else(|| Error::InvalidReference {
+                    kind: "ConfigMap",
+                    name: r.name.clone(),
+                    namespace,
+                    detail: format!("has no key {key:?}"),
+                });
+            }
+            None if r.kind == Some(CaBundleKind::ConfigMap) => {
+                return Err(Error::InvalidReference {
+                    kind: "ConfigMap",
+                    name: r.name.clone(),
+                    namespace,
+                    detail: "not found".to_string(),
+                });
+            }
+            None => {}
+        }
+    }
+    let namespace = kind_ns("Secret")?;
+    let secret = get_secret(client, &namespace, &r.name).await?;
+    secret_bytes(&secret, key, &namespace, &r.name)
+}
+
+async fn get_secret(client: &kube::Client, namespace: &str, name: &str) -> Result<Secret, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .map_err(|e| lookup_failed("Secret", namespace, name, e))?
+        .ok_or_else(|| Error::InvalidReference {
+            kind: "Secret",
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            detail: "not found".to_string(),
+        })
+}
+
+fn lookup_failed(kind: &'static str, namespace: &str, name: &str, err: kube::Error) -> Error {
+    let detail = match &err {
+        kube::Error::Api(status) => format!("cannot read it: {} ({})", status.message, status.code),
+        _ => "cannot read it: the API server is unreachable".to_string(),
+    };
+    Error::InvalidReference {
+        kind,
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        detail,
+    }
+}
+
+fn secret_bytes(secret: &Secret, key: &str, namespace: &str, name: &str) -> Result<Vec<u8>, Error> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|s| s.as_bytes().to_vec())
+        })
+        .ok_or_else(|| Error::InvalidReference {
+            kind: "Secret",
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            detail: format!("has no key {key:?}"),
+        })
+}
+
+/// A Secret value as text, without a trailing newline (files made with `echo` have one).
+fn secret_text(secret: &Secret, key: &str, namespace: &str, name: &str) -> Result<String, Error> {
+    let bytes = secret_bytes(secret, key, namespace, name)?;
+    let text = String::from_utf8(bytes).map_err(|_| Error::InvalidReference {
+        kind: "Secret",
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        detail: format!("key {key:?} is not UTF-8"),
+    })?;
+    Ok(text.trim_end_matches(['\r', '\n']).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(allow: bool) -> RefPolicy {
+        RefPolicy {
+            namespace: "team-a".into(),
+            allow_cross_namespace: allow,
+        }
+    }
+
+    #[test]
+    fn other_namespaces_are_refused_unless_allowed() {
+        let p = policy(false);
+        assert_eq!(p.namespace_for("Secret", "s", None).unwrap(), "team-a");
+        assert_eq!(p.namespace_for("Secret", "s", Some("")).unwrap(), "team-a");
+        assert_eq!(
+            p.namespace_for("Secret", "s", Some("team-a")).unwrap(),
+            "team-a"
+        );
+        let err = p
+            .namespace_for("Secret", "s", Some("kube-system"))
+            .unwrap_err();
+        assert_eq!(err.reason(), "CrossNamespaceRefDenied");
+        assert_eq!(
+            err.to_string(),
+            "Secret kube-system/s is in another namespace than team-a; cross-namespace references are not allowed"
+        );
+        assert_eq!(
+            policy(true)
+                .namespace_for("Secret", "s", Some("kube-system"))
+                .unwrap(),
+            "kube-system"
+        );
+    }
+
+    #[test]
+    fn referenced_secrets_are_listed_for_rbac() {
+        let creds = ChartCredentials {
+            username: Some("bot".into()),
+            password_ref: Some(SecretKeyRef {
+                name: "pw".into(),
+                namespace: None,
+                key: "token".into(),
+            }),
+            secret_ref: None,
+        };
+        let ca = CaBundleRef {
+            kind: Some(CaBundleKind::Secret),
+            name: "ca".into(),
+            namespace: None,
+            key: None,
+        };
+        assert_eq!(
+            referenced_secrets(&policy(false), Some(&ca), Some(&creds)).unwrap(),
+            vec![
+                ("team-a".to_string(), "ca".to_string()),
+                ("team-a".to_string(), "pw".to_string())
+            ]
+        );
+        let foreign = ChartCredentials {
+            secret_ref: Some(SecretRef {
+                name: "regcred".into(),
+                namespace: Some("other".into()),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            referenced_secrets(&policy(false), None, Some(&foreign))
+                .unwrap_err()
+                .reason(),
+            "CrossNamespaceRefDenied"
+        );
+    }
+
+    #[test]
+    fn spec_shape_matches_krateo() {
+        let spec: ChartCredentials = serde_json::from_value(serde_json::json!({
+            "username": "bot",
+            "passwordRef": {"name": "helm-repo", "namespace": "demo", "key": "token"}
+        }))
+        .unwrap();
+        assert_eq!(spec.password_ref.unwrap().key, "token");
+        let ca: CaBundleRef =
+            serde_json::from_value(serde_json::json!({"name": "repo-ca", "key": "ca.crt"}))
+                .unwrap();
+        assert_eq!(ca.kind, None);
+    }
+}

@@ -1,0 +1,317 @@
+//! The one entry point that turns a [`ChartRef`] into a verified, cached, unpacked chart.
+
+use std::path::PathBuf;
+
+use url::Url;
+
+use super::cache::{Cache, CachedRef, sha256_digest};
+use super::http::Http;
+use super::reference::{ChartRef, redact_url};
+use super::repo::{self, IndexEntry};
+use super::version::{VersionSpec, parse_version};
+use super::{Error, Limits, Package, oci};
+
+/// A chart fetched, verified and read.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    /// The chart, unpacked in memory.
+    pub package: Package,
+    /// The verified `.tgz` in the cache (what Helm is given).
+    pub archive_path: PathBuf,
+    /// The resolved chart version.
+    pub version: String,
+    /// Where the archive came from (without credentials).
+    pub url: String,
+    /// `sha256:<hex>` of the archive.
+    pub digest: String,
+}
+
+/// Fetches a chart with the default [`Limits`].
+pub async fn fetch(chart: &ChartRef, cache: &Cache) -> Result<Fetched, Error> {
+    fetch_with_limits(chart, cache, Limits::default()).await
+}
+
+/// Fetches a chart: resolves its version, downloads it unless the cache has it, verifies its
+/// digest, and reads it.
+///
+/// An exact version already in the cache costs no network request; a range or an empty version
+/// re-reads the repository's version list at most once per [`Cache::poll_interval`].
+pub async fn fetch_with_limits(
+    chart: &ChartRef,
+    cache: &Cache,
+    limits: Limits,
+) -> Result<Fetched, Error> {
+    let shown = chart.display_url();
+    let url = Url::parse(chart.url.trim()).map_err(|e| Error::RepositoryUnreachable {
+        url: shown.clone(),
+        detail: format!("invalid URL: {e}"),
+    })?;
+    match url.scheme() {
+        "oci" => oci::fetch(chart, &url, cache, limits).await,
+        "http" | "https" if is_archive_path(url.path()) => {
+            fetch_archive_url(chart, &url, cache, limits).await
+        }
+        "http" | "https" => fetch_from_repository(chart, &url, cache, limits).await,
+        other => Err(Error::RepositoryUnreachable {
+            url: shown,
+            detail: format!("unsupported URL scheme {other:?}; use https://, http:// or oci://"),
+        }),
+    }
+}
+
+fn is_archive_path(path: &str) -> bool {
+    path.ends_with(".tgz") || path.ends_with(".tar.gz")
+}
+
+/// Parses the requested version, naming the chart in the error.
+pub(crate) fn version_spec(chart: &ChartRef, name: &str) -> Result<VersionSpec, Error> {
+    VersionSpec::parse(chart.version()).map_err(|detail| Error::InvalidVersion {
+        url: chart.display_url(),
+        chart: name.to_string(),
+        version: chart.version().to_string(),
+        detail,
+    })
+}
+
+/// The cached chart recorded under `key`, if its archive is still cached and intact.
+pub(crate) fn from_cache(cache: &Cache, key: &str, limits: Limits) -> Option<Fetched> {
+    let record = cache.get_ref(key)?;
+    let (archive_path, bytes) = cache.blob(&record.digest)?;
+    let label = format!("{} version {}", record.url, record.version);
+    match Package::from_archive_named(&bytes, &label, limits) {
+        Ok(package) => {
+            tracing::debug!(url = %record.url, version = %record.version, "chart served from the cache");
+            Some(Fetched {
+                package,
+                archive_path,
+                version: record.version,
+                url: record.url,
+                digest: record.digest,
+            })
+        }
+        Err(_) => None,
+    }
+}
+
+/// Verifies, reads and caches a downloaded archive, recording it under every key in `keys`.
+pub(crate) fn store(
+    cache: &Cache,
+    keys: &[String],
+    bytes: &[u8],
+    url: &str,
+    version: &str,
+    expected_digest: Option<&str>,
+    limits: Limits,
+) -> Result<Fetched, Error> {
+    let digest = sha256_digest(bytes);
+    if let Some(expected) = expected_digest {
+        let expected = normalize_digest(expected);
+        if expected != digest {
+            return Err(Error::DigestMismatch {
+                url: url.to_string(),
+                version: version.to_string(),
+                expected,
+                actual: digest,
+            });
+        }
+    }
+    let package = Package::from_archive_named(bytes, &format!("{url} version {version}"), limits)?;
+    let (digest, archive_path) = cache.put_blob(bytes)?;
+    let record = CachedRef {
+        version: version.to_string(),
+        url: url.to_string(),
+        digest: digest.clone(),
+    };
+    for key in keys {
+        cache.put_ref(key, &record)?;
+    }
+    Ok(Fetched {
+        package,
+        archive_path,
+        version: version.to_string(),
+        url: url.to_string(),
+        digest,
+    })
+}
+
+/// `sha256:<lower hex>` from a digest written with or without its algorithm.
+fn normalize_digest(digest: &str) -> String {
+    let digest = digest.trim().to_ascii_lowercase();
+    if digest.contains(':') {
+        digest
+    } else {
+        format!("sha256:{digest}")
+    }
+}
+
+/// A Helm repository: `url` is the base, `repo` the chart name.
+async fn fetch_from_repository(
+    chart: &ChartRef,
+    base: &Url,
+    cache: &Cache,
+    limits: Limits,
+) -> Result<Fetched, Error> {
+    let shown = chart.display_url();
+    let Some(name) = chart.repo() else {
+        return Err(Error::ChartNotFound {
+            url: shown,
+            chart: String::new(),
+        });
+    };
+    let spec = version_spec(chart, name)?;
+    let requested = chart.version();
+
+    // An exact version that is cached needs nothing from the network.
+    let requested_key = cache.key(chart, requested);
+    if spec.is_exact()
+        && let Some(hit) = from_cache(cache, &requested_key, limits)
+    {
+        return Ok(hit);
+    }
+
+    let http = Http::new(chart)?;
+    let listing_key = cache.key(chart, "\0index");
+    let cached_listing = if spec.is_exact() {
+        None
+    } else {
+        cache.fresh_listing::<Vec<IndexEntry>>(&listing_key)
+    };
+    let entries = match cached_listing {
+        Some(entries) => entries,
+        None => {
+            let index_url = repo::index_url(base);
+            let shown_index = redact_url(index_url.as_str());
+            let body = http
+                .get(&index_url, base, limits.max_index_size, || {
+                    Error::RepositoryUnreachable {
+                        url: shown_index.clone(),
+                        detail: "HTTP 404 Not Found: no index.yaml (is this a Helm repository?)"
+                            .to_string(),
+                    }
+                })
+                .await?;
+            let entries =
+                repo::chart_entries(&body.bytes, name, &shown_index)?.ok_or_else(|| {
+                    Error::ChartNotFound {
+                        url: shown.clone(),
+                        chart: name.to_string(),
+                    }
+                })?;
+            cache.put_listing(&listing_key, &entries)?;
+            entries
+        }
+    };
+    let entry = repo::select(&entries, &spec, requested).ok_or_else(|| Error::VersionNotFound {
+        url: shown.clone(),
+        chart: name.to_string(),
+        version: requested.to_string(),
+    })?;
+
+    let version_key = cache.key(chart, &entry.version);
+    if let Some(hit) = from_cache(cache, &version_key, limits) {
+        if spec.is_exact() && requested_key != version_key {
+            let _ = cache.put_ref(
+                &requested_key,
+                &CachedRef {
+                    version: hit.version.clone(),
+                    url: hit.url.clone(),
+                    digest: hit.digest.clone(),
+                },
+            );
+        }
+        return Ok(hit);
+    }
+
+    let first = entry
+        .urls
+        .first()
+        .ok_or_else(|| Error::RepositoryUnreachable {
+            url: shown.clone(),
+            detail: format!("the index lists no URL for {name} {}", entry.version),
+        })?;
+    let chart_url =
+        repo::resolve_chart_url(base, first).map_err(|detail| Error::RepositoryUnreachable {
+            url: shown.clone(),
+            detail: format!("invalid chart URL {first:?} in the index: {detail}"),
+        })?;
+    let shown_chart = redact_url(chart_url.as_str());
+    tracing::info!(url = %shown_chart, version = %entry.version, "downloading chart");
+    let body = http
+        .get(&chart_url, base, limits.max_archive_size, || {
+            Error::ChartNotFound {
+                url: shown_chart.clone(),
+                chart: name.to_string(),
+            }
+        })
+        .await?;
+    let mut keys = vec![version_key];
+    if spec.is_exact() && !keys.contains(&requested_key) {
+        keys.push(requested_key);
+    }
+    store(
+        cache,
+        &keys,
+        &body.bytes,
+        &shown_chart,
+        &entry.version,
+        entry.digest.as_deref().filter(|d| !d.trim().is_empty()),
+        limits,
+    )
+}
+
+/// A URL of a `.tgz`. Its content is taken as immutable: once cached it is not downloaded
+/// again. A requested version must match the chart's own.
+async fn fetch_archive_url(
+    chart: &ChartRef,
+    url: &Url,
+    cache: &Cache,
+    limits: Limits,
+) -> Result<Fetched, Error> {
+    let shown = chart.display_url();
+    let name = url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .unwrap_or("")
+        .to_string();
+    let spec = version_spec(chart, &name)?;
+    let key = cache.key(chart, chart.version());
+    if let Some(hit) = from_cache(cache, &key, limits) {
+        return Ok(hit);
+    }
+    let http = Http::new(chart)?;
+    tracing::info!(url = %shown, "downloading chart");
+    let body = http
+        .get(url, url, limits.max_archive_size, || Error::ChartNotFound {
+            url: shown.clone(),
+            chart: name.clone(),
+        })
+        .await?;
+    let package = Package::from_archive_named(&body.bytes, &shown, limits)?;
+    let version = package.metadata.version.clone();
+    let matches = match (&spec, parse_version(&version)) {
+        (VersionSpec::Latest, _) => true,
+        (spec, Some(v)) => spec.matches(&v),
+        (_, None) => false,
+    };
+    if !matches {
+        return Err(Error::VersionNotFound {
+            url: shown,
+            chart: package.metadata.name.clone(),
+            version: chart.version().to_string(),
+        });
+    }
+    store(cache, &[key], &body.bytes, &shown, &version, None, limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_normalized() {
+        assert_eq!(normalize_digest("ABC"), "sha256:abc");
+        assert_eq!(normalize_digest("sha256:abc"), "sha256:abc");
+        assert!(is_archive_path("/x/app-1.0.0.tgz"));
+        assert!(!is_archive_path("/charts"));
+    }
+}
