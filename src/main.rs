@@ -82,15 +82,44 @@ fn main() -> ExitCode {
             let remote = ["http://", "https://", "oci://"]
                 .iter()
                 .any(|scheme| args.chart.starts_with(scheme));
-            if remote || args.repo.is_some() {
-                eprintln!(
-                    "compositor: `crd` reads a chart directory or .tgz; download {} first",
-                    args.chart
-                );
-                return ExitCode::FAILURE;
-            }
-            let package = match compositor::chart::Package::load(std::path::Path::new(&args.chart))
-            {
+            let loaded = if remote {
+                let mut chart = compositor::chart::ChartRef::new(&args.chart);
+                chart.repo = args.repo;
+                chart.version = args.chart_version;
+                if let Some(username) = args.username {
+                    let mut password = String::new();
+                    if args.password_stdin
+                        && let Err(error) = std::io::stdin().read_line(&mut password)
+                    {
+                        eprintln!("compositor: cannot read the password from stdin: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                    chart =
+                        chart.with_basic_auth(username, password.trim_end_matches(['\r', '\n']));
+                }
+                let cache_dir = args
+                    .cache_dir
+                    .unwrap_or_else(|| std::env::temp_dir().join("compositor-charts"));
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        eprintln!("compositor: cannot start the runtime: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                runtime.block_on(async {
+                    let cache = compositor::chart::Cache::open(cache_dir)?;
+                    compositor::chart::fetch(&chart, &cache)
+                        .await
+                        .map(|fetched| fetched.package)
+                })
+            } else {
+                compositor::chart::Package::load(std::path::Path::new(&args.chart))
+            };
+            let package = match loaded {
                 Ok(package) => package,
                 Err(error) => {
                     eprintln!("compositor: {error}");

@@ -64,22 +64,52 @@ mod tests {
     #[test]
     fn transition_time_moves_only_with_the_status() {
         let mut conditions = Vec::new();
-        set_condition(&mut conditions, "Ready", false, "Progressing", "working", Some(1));
+        set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "Progressing",
+            "working",
+            Some(1),
+        );
         let first = conditions[0].last_transition_time.clone();
-        set_condition(&mut conditions, "Ready", false, "StillProgressing", "still", Some(2));
+        set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "StillProgressing",
+            "still",
+            Some(2),
+        );
         assert_eq!(conditions.len(), 1);
         assert_eq!(conditions[0].last_transition_time, first);
-        assert_eq!((conditions[0].reason.as_str(), conditions[0].observed_generation), ("StillProgressing", Some(2)));
+        assert_eq!(
+            (
+                conditions[0].reason.as_str(),
+                conditions[0].observed_generation
+            ),
+            ("StillProgressing", Some(2))
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
         set_condition(&mut conditions, "Ready", true, "Ready", "", Some(2));
         assert_ne!(conditions[0].last_transition_time, first);
-        assert_eq!(find_condition(&conditions, "Ready").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(
+            find_condition(&conditions, "Ready").map(|c| c.status.as_str()),
+            Some("True")
+        );
     }
 
     #[test]
     fn long_messages_are_cut() {
         let mut conditions = Vec::new();
-        set_condition(&mut conditions, "Ready", false, "Failed", &"x".repeat(10_000), None);
+        set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "Failed",
+            &"x".repeat(10_000),
+            None,
+        );
         assert!(conditions[0].message.len() < 2100);
     }
 }

@@ -5,8 +5,8 @@ mod composition;
 mod conditions;
 mod definition;
 
-pub use conditions::{find_condition, set_condition};
 pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
+pub use conditions::{find_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,
