@@ -178,10 +178,12 @@ impl Converter<'_> {
 
     /// Settles the node's kind and whether null is allowed.
     fn kind(&mut self, m: &Map<String, Value>, path: &str) -> (Kind, bool) {
+        // A null in `enum` allows null only when no `type` forbids it.
         let mut nullable = m.get(NULLABLE) == Some(&Value::Bool(true))
-            || m.get("enum")
-                .and_then(Value::as_array)
-                .is_some_and(|e| e.iter().any(Value::is_null));
+            || (!m.contains_key("type")
+                && m.get("enum")
+                    .and_then(Value::as_array)
+                    .is_some_and(|e| e.iter().any(Value::is_null)));
         if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
             return (Kind::IntOrString, nullable);
         }

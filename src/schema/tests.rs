@@ -728,3 +728,12 @@ fn malformed_keywords_never_break_the_output() {
         );
     }
 }
+
+#[test]
+fn null_in_enum_allows_null_only_without_a_type() {
+    let (v, _) = prop(json!({"enum": ["a", null]}), "x");
+    assert_eq!(v["nullable"], true);
+    let (v, _) = prop(json!({"type": "string", "enum": ["a", null]}), "x");
+    assert!(v.get("nullable").is_none());
+    assert_eq!(v["enum"], json!(["a"]));
+}
