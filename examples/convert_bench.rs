@@ -46,8 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     charts.sort_by(|a, b| a.0.cmp(&b.0));
 
-    println!("| chart | schema | CRD (YAML) | warnings by keyword | conversion |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| chart | schema | CRD (YAML) | warnings by keyword | defaults dropped with applyDefaults | conversion |"
+    );
+    println!("|---|---|---|---|---|---|");
     let mut times = Vec::new();
     for (name, schema_bytes, package) in &charts {
         let values_schema = package.schema.as_ref().ok_or("no schema")?;
@@ -73,9 +75,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 eprintln!("{name}: {w}");
             }
         }
+        let applied = ConvertOptions {
+            apply_defaults: true,
+        };
+        let (_, with_defaults) = schema::convert(values_schema, package, &applied);
+        let dropped_defaults = with_defaults
+            .iter()
+            .filter(|w| w.keyword == "default")
+            .count();
         let summary: Vec<String> = by_keyword.iter().map(|(k, n)| format!("{k} {n}")).collect();
         println!(
-            "| {name} | {:.1} KiB | {:.1} KiB | {} ({}) | {:.2} ms |",
+            "| {name} | {:.1} KiB | {:.1} KiB | {} ({}) | {dropped_defaults} | {:.2} ms |",
             *schema_bytes as f64 / 1024.0,
             yaml.len() as f64 / 1024.0,
             warnings.len(),

@@ -65,7 +65,11 @@ fn corpus() -> Vec<(String, Package)> {
         ));
     }
     charts.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(charts.len(), 14, "the corpus has 14 charts");
+    assert!(
+        charts.len() >= 14,
+        "the corpus has at least 14 charts, found {}",
+        charts.len()
+    );
     charts
 }
 
@@ -262,8 +266,9 @@ async fn corpus_crds_are_established_and_accept_values() {
             );
         }
     }
+    let tries = 2 * charts.len();
     eprintln!(
-        "corpus: {established}/28 CRDs Established, {accepted}/28 values.yaml objects accepted and intact"
+        "corpus: {established}/{tries} CRDs Established, {accepted}/{tries} values.yaml objects accepted and intact"
     );
     for (_, package) in &charts {
         for suffix in ["", "D"] {
@@ -275,5 +280,5 @@ async fn corpus_crds_are_established_and_accept_values() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!((established, accepted), (28, 28));
+    assert_eq!((established, accepted), (tries, tries));
 }

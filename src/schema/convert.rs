@@ -122,7 +122,7 @@ impl Converter<'_> {
                 );
             }
         }
-        let (kind, mut nullable) = self.kind(&m, path);
+        let (kind, mut nullable) = self.kind(&m, path, values);
         if values.is_some_and(Value::is_null) {
             // The chart itself sets null here; a user must be able to keep or set it.
             nullable = true;
@@ -177,11 +177,16 @@ impl Converter<'_> {
     }
 
     /// Settles the node's kind and whether null is allowed.
-    fn kind(&mut self, m: &Map<String, Value>, path: &str) -> (Kind, bool) {
+    ///
+    /// A type guessed from keywords (not declared) is dropped when the chart's own value at
+    /// this path does not have it: the chart's schema accepts that value, so must the CRD.
+    fn kind(&mut self, m: &Map<String, Value>, path: &str, values: Option<&Value>) -> (Kind, bool) {
+        // A null in `enum` allows null only when no `type` forbids it.
         let mut nullable = m.get(NULLABLE) == Some(&Value::Bool(true))
-            || m.get("enum")
-                .and_then(Value::as_array)
-                .is_some_and(|e| e.iter().any(Value::is_null));
+            || (!m.contains_key("type")
+                && m.get("enum")
+                    .and_then(Value::as_array)
+                    .is_some_and(|e| e.iter().any(Value::is_null)));
         if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
             return (Kind::IntOrString, nullable);
         }
@@ -216,7 +221,24 @@ impl Converter<'_> {
             {
                 return (Kind::Any, true);
             }
-            None => infer_types(m),
+            None => {
+                let inferred = infer_types(m);
+                let fits = |t: &String| match values {
+                    None | Some(Value::Null) => true,
+                    Some(Value::Object(_)) => t == "object",
+                    Some(Value::Array(_)) => t == "array",
+                    Some(Value::String(_)) => t == "string",
+                    Some(Value::Bool(_)) => t == "boolean",
+                    Some(Value::Number(n)) => {
+                        t == "number" || (t == "integer" && (n.is_i64() || n.is_u64()))
+                    }
+                };
+                if inferred.iter().any(fits) {
+                    inferred
+                } else {
+                    Vec::new()
+                }
+            }
         };
         let kind = match types.as_slice() {
             [] => Kind::Any,

@@ -78,6 +78,11 @@ fn is_integer(v: &Value) -> bool {
 
 fn scalar_ok(value: &Value, s: &JSONSchemaProps) -> bool {
     if let Some(text) = value.as_str() {
+        if let Some(format) = &s.format
+            && !format_ok(format, text)
+        {
+            return false;
+        }
         let len = text.chars().count() as i64;
         if s.min_length.is_some_and(|m| len < m) || s.max_length.is_some_and(|m| len > m) {
             return false;
@@ -88,6 +93,12 @@ fn scalar_ok(value: &Value, s: &JSONSchemaProps) -> bool {
                 _ => return false,
             }
         }
+    }
+    if let (Some(n), Some(format)) = (value.as_i64(), s.format.as_deref())
+        && format == "int32"
+        && i32::try_from(n).is_err()
+    {
+        return false;
     }
     if let Some(n) = value.as_f64() {
         let below = |m: f64, ex: Option<bool>| if ex == Some(true) { n <= m } else { n < m };
@@ -104,6 +115,31 @@ fn scalar_ok(value: &Value, s: &JSONSchemaProps) -> bool {
         }
     }
     true
+}
+
+/// Whether a string default passes the apiserver's check of `format`. Formats whose check is
+/// not reproduced here fail, so such a default is dropped rather than risk a rejected CRD.
+fn format_ok(format: &str, text: &str) -> bool {
+    let re = |pattern: &str| regex::Regex::new(pattern).is_ok_and(|r| r.is_match(text));
+    match format {
+        "password" => true,
+        "ipv4" => text.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => text.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => text.split_once('/').is_some_and(|(ip, bits)| {
+            ip.parse::<std::net::IpAddr>().is_ok() && bits.parse::<u8>().is_ok()
+        }),
+        "uuid" => {
+            re("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+        }
+        "date" => re(r"^\d{4}-\d{2}-\d{2}$"),
+        "date-time" | "datetime" => {
+            re(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+        }
+        "hostname" => re(
+            r"^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*$",
+        ),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +167,20 @@ mod tests {
             json!({"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-preserve-unknown-fields": true}),
         );
         assert!(validates(&json!({"b": "x"}), &open));
+    }
+
+    #[test]
+    fn defaults_respect_formats() {
+        let s = schema(json!({"type": "string", "format": "ipv4"}));
+        assert!(validates(&json!("10.0.0.1"), &s));
+        assert!(!validates(&json!(""), &s));
+        let s = schema(json!({"type": "string", "format": "email"}));
+        assert!(
+            !validates(&json!("a@b.c"), &s),
+            "unchecked formats drop the default"
+        );
+        let s = schema(json!({"type": "integer", "format": "int32"}));
+        assert!(!validates(&json!(4_000_000_000_i64), &s));
     }
 
     #[test]

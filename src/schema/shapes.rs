@@ -135,26 +135,36 @@ impl Converter<'_> {
                     distinct.push(s);
                 }
             }
+            let keys: Vec<&str> = pp.keys().map(String::as_str).collect();
+            // Validating every value by the pattern's schema is exact only when no other key
+            // is allowed anyway, or when the pattern matches every key; otherwise a key that
+            // misses the pattern (free in the chart's schema) would be rejected.
+            let others_forbidden = additional == Some(&Value::Bool(false));
+            let universal = keys.iter().all(|k| matches_every_key(k));
             let extra_schema =
                 additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty()));
-            if distinct.len() == 1 && !extra_schema {
-                let keys: Vec<&str> = pp.keys().map(String::as_str).collect();
+            if distinct.len() == 1 && !extra_schema && (others_forbidden || universal) {
                 let s = self.convert(distinct[0], &format!("{path}{{*}}"), None);
                 p.additional_properties = Some(JSONSchemaPropsOrBool::Schema(Box::new(s)));
-                self.warn(
-                    path,
-                    "patternProperties",
-                    format!(
-                        "key pattern {} not enforced; every value is validated by its schema",
-                        keys.join(" | ")
-                    ),
-                );
+                if !universal {
+                    self.warn(
+                        path,
+                        "patternProperties",
+                        format!(
+                            "key pattern {} not enforced; every value is validated by its schema",
+                            keys.join(" | ")
+                        ),
+                    );
+                }
             } else {
                 preserve = true;
                 self.warn(
                     path,
                     "patternProperties",
-                    "several key patterns cannot be expressed; values kept unvalidated",
+                    format!(
+                        "key pattern {} cannot be expressed; values kept unvalidated",
+                        keys.join(" | ")
+                    ),
                 );
             }
         } else {
@@ -318,4 +328,10 @@ fn bound(
         }
         _ => (inclusive, None),
     }
+}
+
+/// Whether a key pattern matches any key (`.*`, `^.*$`, `.+`, …).
+fn matches_every_key(pattern: &str) -> bool {
+    let core = pattern.trim_start_matches('^').trim_end_matches('$');
+    matches!(core, "" | ".*" | ".+" | "(.*)" | "(.+)")
 }

@@ -125,12 +125,31 @@ fn properties_with_additional_properties_schema_keep_properties() {
 #[test]
 fn pattern_properties_become_a_map_or_preserve() {
     let (v, w) = prop(
-        json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}}}),
+        json!({"type": "object", "patternProperties": {".*": {"type": "string"}}}),
         "m",
     );
     assert_eq!(
         v,
         json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
+    assert!(w.is_empty());
+    let (v, w) = prop(
+        json!({"type": "object", "additionalProperties": false, "patternProperties": {"^x-": {"type": "string"}}}),
+        "m",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
+    assert_eq!(keywords(&w), ["patternProperties"]);
+    // Keys that miss the pattern are free in the chart's schema, so they must stay free.
+    let (v, w) = prop(
+        json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}}}),
+        "m",
+    );
+    assert_eq!(
+        v,
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
     );
     assert_eq!(keywords(&w), ["patternProperties"]);
     let (v, w) = prop(
@@ -727,4 +746,28 @@ fn malformed_keywords_never_break_the_output() {
             true,
         );
     }
+}
+
+#[test]
+fn null_in_enum_allows_null_only_without_a_type() {
+    let (v, _) = prop(json!({"enum": ["a", null]}), "x");
+    assert_eq!(v["nullable"], true);
+    let (v, _) = prop(json!({"type": "string", "enum": ["a", null]}), "x");
+    assert!(v.get("nullable").is_none());
+    assert_eq!(v["enum"], json!(["a"]));
+}
+
+#[test]
+fn guessed_types_yield_to_the_charts_own_values() {
+    let p = package(json!({"port": 8080, "name": "x"}));
+    let (v, _) = run_with(
+        json!({"type": "object", "properties": {"port": {"pattern": "^[0-9]+$"}, "name": {"pattern": "^[a-z]+$"}}}),
+        &p,
+        false,
+    );
+    assert_eq!(
+        v["properties"]["port"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    assert_eq!(v["properties"]["name"]["type"], "string");
 }
