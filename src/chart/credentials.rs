@@ -1,80 +1,16 @@
-//! Resolving a chart source's Secret and ConfigMap references into credentials and a CA bundle.
+//! Resolving a definition's `spec.chart` into a [`ChartRef`]: its Secret and ConfigMap
+//! references become credentials and a CA bundle.
 //!
-//! The reference types are plain data in the shape of `spec.chart` (Krateo's field names), so
-//! the API types can embed them. References to another namespace than the definition's are
-//! refused unless the operator allows them: otherwise anyone allowed to create a definition
-//! could make the operator read any Secret in the cluster.
+//! References to another namespace than the definition's are refused unless the operator
+//! allows them: otherwise anyone allowed to create a definition could make the operator read
+//! any Secret in the cluster.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::Error;
 use super::reference::{ChartRef, Credentials, DockerConfig};
-
-/// `spec.chart.credentials`: a username with a password from a Secret key, or a whole
-/// `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ChartCredentials {
-    /// User name, used with `passwordRef`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// The Secret key holding the password or token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password_ref: Option<SecretKeyRef>,
-    /// A `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretRef>,
-}
-
-/// A key of a Secret.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct SecretKeyRef {
-    /// The Secret's name.
-    pub name: String,
-    /// The Secret's namespace; the definition's when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// The key in the Secret's data.
-    pub key: String,
-}
-
-/// A whole Secret.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct SecretRef {
-    /// The Secret's name.
-    pub name: String,
-    /// The Secret's namespace; the definition's when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-}
-
-/// `spec.chart.caBundleRef`: PEM CA certificates in a ConfigMap or Secret key.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct CaBundleRef {
-    /// `ConfigMap` or `Secret`; when empty a ConfigMap is looked up first, then a Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<CaBundleKind>,
-    /// The object's name.
-    pub name: String,
-    /// The object's namespace; the definition's when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// The key holding the PEM bundle; `ca.crt` when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-}
-
-/// Where a CA bundle is stored.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum CaBundleKind {
-    /// A ConfigMap (`data` or `binaryData`).
-    ConfigMap,
-    /// A Secret.
-    Secret,
-}
+use crate::api::{CaBundleRef, ChartSource, Credentials as CredentialsSpec, ObjectKind};
 
 /// What the references resolved to.
 #[derive(Clone, Debug, Default)]
@@ -128,67 +64,66 @@ impl RefPolicy {
     }
 }
 
-/// The Secrets the references point at, as `(namespace, name)`, for RBAC.
+/// The chart reference of `source` without its Secret and ConfigMap references resolved (for
+/// public charts, or to fill in credentials given another way).
+pub fn chart_ref(source: &ChartSource) -> ChartRef {
+    ChartRef {
+        url: source.url.clone(),
+        repo: source.repo.clone(),
+        version: source.version.clone(),
+        insecure_skip_verify_tls: source.insecure_skip_verify_tls,
+        ..ChartRef::default()
+    }
+}
+
+/// The Secrets `source` reads, as `(namespace, name)`, for RBAC.
 pub fn referenced_secrets(
     policy: &RefPolicy,
-    ca_bundle_ref: Option<&CaBundleRef>,
-    credentials: Option<&ChartCredentials>,
+    source: &ChartSource,
 ) -> Result<Vec<(String, String)>, Error> {
     let mut out = Vec::new();
-    if let Some(c) = credentials {
+    if let Some(c) = &source.credentials {
         if let Some(r) = &c.password_ref {
-            out.push((
-                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-                r.name.clone(),
-            ));
+            let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+            out.push((namespace, r.name.clone()));
         }
         if let Some(r) = &c.secret_ref {
-            out.push((
-                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-                r.name.clone(),
-            ));
+            let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+            out.push((namespace, r.name.clone()));
         }
     }
-    if let Some(r) = ca_bundle_ref
-        && r.kind != Some(CaBundleKind::ConfigMap)
+    if let Some(r) = &source.ca_bundle_ref
+        && r.kind == ObjectKind::Secret
     {
-        out.push((
-            policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-            r.name.clone(),
-        ));
+        out.push((policy.namespace.clone(), r.name.clone()));
     }
     out.sort();
     out.dedup();
     Ok(out)
 }
 
-/// Reads the referenced Secrets and ConfigMaps.
+/// Builds the chart reference of `source`, reading the Secrets and ConfigMaps it points at.
+/// Every namespace is checked before anything is read.
 pub async fn resolve(
     client: &kube::Client,
     policy: &RefPolicy,
-    ca_bundle_ref: Option<&CaBundleRef>,
-    credentials: Option<&ChartCredentials>,
-) -> Result<Resolved, Error> {
-    // Check every namespace before reading anything.
-    referenced_secrets(policy, ca_bundle_ref, credentials)?;
-    if let Some(r) = ca_bundle_ref {
-        policy.namespace_for("ConfigMap", &r.name, r.namespace.as_deref())?;
-    }
-
+    source: &ChartSource,
+) -> Result<ChartRef, Error> {
+    referenced_secrets(policy, source)?;
     let mut resolved = Resolved::default();
-    if let Some(r) = ca_bundle_ref {
+    if let Some(r) = &source.ca_bundle_ref {
         resolved.ca_bundle = Some(ca_bundle(client, policy, r).await?);
     }
-    if let Some(c) = credentials {
+    if let Some(c) = &source.credentials {
         resolved.credentials = resolve_credentials(client, policy, c).await?;
     }
-    Ok(resolved)
+    Ok(resolved.apply_to(chart_ref(source)))
 }
 
 async fn resolve_credentials(
     client: &kube::Client,
     policy: &RefPolicy,
-    spec: &ChartCredentials,
+    spec: &CredentialsSpec,
 ) -> Result<Option<Credentials>, Error> {
     if let Some(r) = &spec.password_ref {
         let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
@@ -246,57 +181,45 @@ async fn resolve_credentials(
     }
 }
 
+/// The PEM bundle of a `caBundleRef`, always in the definition's namespace.
 async fn ca_bundle(
     client: &kube::Client,
     policy: &RefPolicy,
     r: &CaBundleRef,
 ) -> Result<Vec<u8>, Error> {
-    let key = r
-        .key
-        .as_deref()
-        .filter(|k| !k.is_empty())
-        .unwrap_or("ca.crt");
-    let kind_ns = |kind: &'static str| policy.namespace_for(kind, &r.name, r.namespace.as_deref());
-    if r.kind != Some(CaBundleKind::Secret) {
-        let namespace = kind_ns("ConfigMap")?;
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-        let found = api
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| lookup_failed("ConfigMap", &namespace, &r.name, e))?;
-        match found {
-            Some(cm) => {
-                let text = cm
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(key))
-                    .map(|s| s.as_bytes().to_vec());
-                let binary = cm
-                    .binary_data
-                    .as_ref()
-                    .and_then(|d| d.get(key))
-                    .map(|b| b.0.clone());
-                return text.or(binary).ok_or_else(|| Error::InvalidReference {
-                    kind: "ConfigMap",
-                    name: r.name.clone(),
-                    namespace,
-                    detail: format!("has no key {key:?}"),
-                });
-            }
-            None if r.kind == Some(CaBundleKind::ConfigMap) => {
-                return Err(Error::InvalidReference {
-                    kind: "ConfigMap",
-                    name: r.name.clone(),
-                    namespace,
-                    detail: "not found".to_string(),
-                });
-            }
-            None => {}
+    let namespace = policy.namespace.as_str();
+    match r.kind {
+        ObjectKind::Secret => {
+            let secret = get_secret(client, namespace, &r.name).await?;
+            secret_bytes(&secret, &r.key, namespace, &r.name)
+        }
+        ObjectKind::ConfigMap => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            let invalid = |detail: String| Error::InvalidReference {
+                kind: "ConfigMap",
+                name: r.name.clone(),
+                namespace: namespace.to_string(),
+                detail,
+            };
+            let cm = api
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| lookup_failed("ConfigMap", namespace, &r.name, e))?
+                .ok_or_else(|| invalid("not found".to_string()))?;
+            let text = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get(&r.key))
+                .map(|s| s.as_bytes().to_vec());
+            let binary = cm
+                .binary_data
+                .as_ref()
+                .and_then(|d| d.get(&r.key))
+                .map(|b| b.0.clone());
+            text.or(binary)
+                .ok_or_else(|| invalid(format!("has no key {:?}", r.key)))
         }
     }
-    let namespace = kind_ns("Secret")?;
-    let secret = get_secret(client, &namespace, &r.name).await?;
-    secret_bytes(&secret, key, &namespace, &r.name)
 }
 
 async fn get_secret(client: &kube::Client, namespace: &str, name: &str) -> Result<Secret, Error> {
@@ -396,54 +319,38 @@ mod tests {
 
     #[test]
     fn referenced_secrets_are_listed_for_rbac() {
-        let creds = ChartCredentials {
-            username: Some("bot".into()),
-            password_ref: Some(SecretKeyRef {
-                name: "pw".into(),
-                namespace: None,
-                key: "token".into(),
-            }),
-            secret_ref: None,
-        };
-        let ca = CaBundleRef {
-            kind: Some(CaBundleKind::Secret),
-            name: "ca".into(),
-            namespace: None,
-            key: None,
-        };
+        let source: ChartSource = serde_json::from_value(serde_json::json!({
+            "url": "https://charts.example.org",
+            "repo": "app",
+            "caBundleRef": {"kind": "Secret", "name": "ca", "key": "ca.crt"},
+            "credentials": {"username": "bot", "passwordRef": {"name": "pw", "key": "token"}}
+        }))
+        .unwrap();
         assert_eq!(
-            referenced_secrets(&policy(false), Some(&ca), Some(&creds)).unwrap(),
+            referenced_secrets(&policy(false), &source).unwrap(),
             vec![
                 ("team-a".to_string(), "ca".to_string()),
                 ("team-a".to_string(), "pw".to_string())
             ]
         );
-        let foreign = ChartCredentials {
-            secret_ref: Some(SecretRef {
-                name: "regcred".into(),
-                namespace: Some("other".into()),
-            }),
-            ..Default::default()
-        };
+        let chart = chart_ref(&source);
+        assert_eq!(chart.repo(), Some("app"));
+        assert!(chart.credentials.is_none());
+
+        let foreign: ChartSource = serde_json::from_value(serde_json::json!({
+            "url": "oci://ghcr.io/x",
+            "credentials": {"secretRef": {"name": "regcred", "namespace": "other"}}
+        }))
+        .unwrap();
         assert_eq!(
-            referenced_secrets(&policy(false), None, Some(&foreign))
+            referenced_secrets(&policy(false), &foreign)
                 .unwrap_err()
                 .reason(),
             "CrossNamespaceRefDenied"
         );
-    }
-
-    #[test]
-    fn spec_shape_matches_krateo() {
-        let spec: ChartCredentials = serde_json::from_value(serde_json::json!({
-            "username": "bot",
-            "passwordRef": {"name": "helm-repo", "namespace": "demo", "key": "token"}
-        }))
-        .unwrap();
-        assert_eq!(spec.password_ref.unwrap().key, "token");
-        let ca: CaBundleRef =
-            serde_json::from_value(serde_json::json!({"name": "repo-ca", "key": "ca.crt"}))
-                .unwrap();
-        assert_eq!(ca.kind, None);
+        assert_eq!(
+            referenced_secrets(&policy(true), &foreign).unwrap(),
+            vec![("other".to_string(), "regcred".to_string())]
+        );
     }
 }
