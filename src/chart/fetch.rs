@@ -26,6 +26,33 @@ pub struct Fetched {
     pub digest: String,
 }
 
+impl Fetched {
+    /// What a definition's `status.chart` reports.
+    pub fn resolved(&self) -> crate::api::ResolvedChart {
+        crate::api::ResolvedChart {
+            url: self.url.clone(),
+            version: self.version.clone(),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// Reads a local chart (a directory or `.tgz` path) or fetches a remote one (`http(s)://`,
+/// `oci://`): what `compositor crd` accepts.
+pub async fn load_or_fetch(chart: &ChartRef, cache: &Cache) -> Result<Package, Error> {
+    let remote = ["http://", "https://", "oci://"]
+        .iter()
+        .any(|scheme| chart.url.trim().to_ascii_lowercase().starts_with(scheme));
+    if remote {
+        Ok(fetch(chart, cache).await?.package)
+    } else {
+        let path = chart.url.trim();
+        Package::load(std::path::Path::new(
+            path.strip_prefix("file://").unwrap_or(path),
+        ))
+    }
+}
+
 /// Fetches a chart with the default [`Limits`].
 pub async fn fetch(chart: &ChartRef, cache: &Cache) -> Result<Fetched, Error> {
     fetch_with_limits(chart, cache, Limits::default()).await
@@ -306,6 +333,26 @@ async fn fetch_archive_url(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn local_paths_are_loaded_without_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("Chart.yaml"),
+            "apiVersion: v2\nname: local\nversion: 0.0.1\n",
+        )
+        .unwrap();
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(cache_dir.path()).unwrap();
+        let chart = ChartRef::new(dir.path().join("").display().to_string());
+        let package = load_or_fetch(&chart, &cache).await.unwrap();
+        assert_eq!(package.name(), "local");
+        let missing = ChartRef::new("/nonexistent/chart");
+        assert_eq!(
+            load_or_fetch(&missing, &cache).await.unwrap_err().reason(),
+            "ChartNotFound"
+        );
+    }
 
     #[test]
     fn digests_are_normalized() {

@@ -234,6 +234,17 @@ pub(crate) fn is_loopback(url: &Url) -> bool {
     }
 }
 
+/// Plain HTTP for a loopback registry (unless TLS settings say it speaks TLS) or when the
+/// reference allows it; HTTPS otherwise.
+fn protocol(chart: &ChartRef, url: &Url) -> ClientProtocol {
+    let tls_configured = chart.ca_bundle.is_some() || chart.insecure_skip_verify_tls;
+    if chart.allow_plain_http || (is_loopback(url) && !tls_configured) {
+        ClientProtocol::Http
+    } else {
+        ClientProtocol::Https
+    }
+}
+
 /// Why a registry call failed, before it is turned into an [`Error`].
 #[derive(Debug)]
 enum OciFailure {
@@ -346,12 +357,7 @@ impl Registry {
         location: &str,
     ) -> Result<Self, Error> {
         ensure_crypto_provider();
-        let tls_configured = chart.ca_bundle.is_some() || chart.insecure_skip_verify_tls;
-        let protocol = if chart.allow_plain_http || (is_loopback(url) && !tls_configured) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
+        let protocol = protocol(chart, url);
         let mut extra_root_certificates = Vec::new();
         if let Some(pem) = &chart.ca_bundle {
             for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
@@ -517,6 +523,26 @@ mod tests {
         ] {
             assert_eq!(is_loopback(&Url::parse(url).unwrap()), loopback, "{url}");
         }
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback_or_when_allowed() {
+        let plain = |chart: &ChartRef| {
+            matches!(
+                protocol(chart, &Url::parse(&chart.url).unwrap()),
+                ClientProtocol::Http
+            )
+        };
+        assert!(plain(&ChartRef::new("oci://127.0.0.1:5000/charts")));
+        assert!(plain(&ChartRef::new("oci://localhost:5000/charts")));
+        assert!(!plain(&ChartRef::new("oci://registry.example.org/charts")));
+        assert!(!plain(&ChartRef::new("oci://10.1.2.3:5000/charts")));
+        let mut allowed = ChartRef::new("oci://10.1.2.3:5000/charts");
+        allowed.allow_plain_http = true;
+        assert!(plain(&allowed));
+        let mut tls = ChartRef::new("oci://127.0.0.1:5000/charts");
+        tls.insecure_skip_verify_tls = true;
+        assert!(!plain(&tls));
     }
 
     #[test]
