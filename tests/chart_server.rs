@@ -379,3 +379,116 @@ async fn oci_over_tls_with_provenance_and_digest_check() {
     assert_eq!(err.reason(), "DigestMismatch", "{err}");
     assert!(err.to_string().contains("6.6.6"), "{err}");
 }
+
+#[tokio::test]
+async fn redirects_from_https_to_plain_http_are_refused() {
+    let (_, tls) = tls_with_own_ca();
+    let secure = Server::https(tls).await;
+    let plain = Server::http().await;
+    plain.file("/index.yaml", index_yaml("app", &[]));
+    let target = format!("{}/index.yaml", plain.url);
+    secure.route("/index.yaml", move |_| Reply::redirect(&target));
+    let (_dir, cache) = new_cache();
+    let mut chart = ChartRef::new(&secure.url)
+        .with_repo("app")
+        .with_basic_auth("bot", PASSWORD);
+    chart.insecure_skip_verify_tls = true;
+    let err = fetch(&chart, &cache).await.unwrap_err();
+    assert_eq!(err.reason(), "RepositoryUnreachable", "{err}");
+    assert!(err.to_string().contains("redirect"), "{err}");
+    assert_eq!(plain.count(), 0);
+    assert_no_secret(&err);
+}
+
+/// A registry that wants a bearer token from its token service (the Docker token flow), which
+/// hands it out for basic credentials.
+#[tokio::test]
+async fn oci_token_authentication() {
+    let server = Server::http().await;
+    let token_url = format!("{}/token", server.url);
+    let tgz = chart_tgz("app", "0.3.0");
+    let digest = format!("sha256:{}", sha256_hex(&tgz));
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.cncf.helm.config.v1+json",
+                   "digest": format!("sha256:{}", sha256_hex(b"{}")), "size": 2},
+        "layers": [{"mediaType": CHART_LAYER_MEDIA_TYPE, "digest": digest, "size": tgz.len()}]
+    })
+    .to_string();
+    let challenge = move || {
+        let mut r = Reply::status(401);
+        r.headers.push((
+            "WWW-Authenticate".into(),
+            format!(
+                r#"Bearer realm="{token_url}",service="test",scope="repository:charts/app:pull""#
+            ),
+        ));
+        r
+    };
+    let guarded = |reply: Reply, challenge: Box<dyn Fn() -> Reply + Send + Sync>| {
+        move |seen: &chart_support::Seen| {
+            if seen.authorization.as_deref() == Some("Bearer tok-123") {
+                reply.clone()
+            } else {
+                challenge()
+            }
+        }
+    };
+    server.route(
+        "/v2/",
+        guarded(Reply::ok("{}"), Box::new(challenge.clone())),
+    );
+    let mut manifest_reply = Reply::ok(manifest);
+    manifest_reply.headers.push((
+        "Content-Type".into(),
+        "application/vnd.oci.image.manifest.v1+json".into(),
+    ));
+    server.route(
+        "/v2/charts/app/manifests/0.3.0",
+        guarded(manifest_reply, Box::new(challenge.clone())),
+    );
+    server.route(
+        &format!("/v2/charts/app/blobs/{digest}"),
+        guarded(Reply::ok(tgz.clone()), Box::new(challenge.clone())),
+    );
+    use base64::Engine;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("bot:{PASSWORD}"))
+    );
+    server.route("/token", move |seen| {
+        if seen.authorization.as_deref() == Some(basic.as_str()) {
+            Reply::ok(r#"{"token":"tok-123"}"#)
+        } else {
+            Reply::status(401)
+        }
+    });
+
+    let chart = ChartRef::new(format!("oci://127.0.0.1:{}/charts", server.addr.port()))
+        .with_repo("app")
+        .with_version("0.3.0")
+        .with_basic_auth("bot", PASSWORD);
+    let (_dir, cache) = new_cache();
+    let fetched = fetch(&chart, &cache).await.unwrap();
+    assert_eq!(fetched.digest, digest);
+    let seen = server.seen();
+    assert!(
+        seen.iter().any(|s| s.path.starts_with("/token")),
+        "{seen:?}"
+    );
+    let blob = seen
+        .iter()
+        .find(|s| s.path.contains("/blobs/"))
+        .expect("blob request");
+    assert_eq!(blob.authorization.as_deref(), Some("Bearer tok-123"));
+
+    let wrong = ChartRef::new(format!("oci://127.0.0.1:{}/charts", server.addr.port()))
+        .with_repo("app")
+        .with_version("0.3.0")
+        .with_basic_auth("bot", format!("wrong{PASSWORD}"));
+    let (_dir2, cache2) = new_cache();
+    let err = fetch(&wrong, &cache2).await.unwrap_err();
+    assert_eq!(err.reason(), "AuthenticationFailed", "{err}");
+    assert_no_secret(&err);
+}

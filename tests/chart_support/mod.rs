@@ -192,7 +192,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     };
     seen.lock().unwrap().push(request.clone());
     let required = auth.lock().unwrap().clone();
-    let route = routes.lock().unwrap().get(&path).cloned();
+    let route_path = path.split('?').next().unwrap_or("").to_string();
+    let route = routes.lock().unwrap().get(&route_path).cloned();
     let reply = match (required, route) {
         (Some(required), _) if request.authorization.as_deref() != Some(required.as_str()) => {
             let mut r = Reply::status(401);
