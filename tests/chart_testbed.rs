@@ -132,6 +132,11 @@ async fn repository_unknown_chart_version_and_range() {
     );
     let err = failure(&repo("fireworks-app", "9.9.9"), "VersionNotFound").await;
     assert!(err.to_string().contains("9.9.9"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("(available: 2.0.0, 1.1.6, 1.1.5)"),
+        "{err}"
+    );
     failure(&repo("fireworks-app", ">=3"), "VersionNotFound").await;
     let err = failure(&repo("fireworks-app", "not a version"), "InvalidVersion").await;
     assert!(err.to_string().contains("not a version"), "{err}");
@@ -224,5 +229,10 @@ async fn oci_failures() {
     failure(&oci("no-such-chart", "~1"), "ChartNotFound").await;
     let err = failure(&oci("fireworks-app", "9.9.9"), "VersionNotFound").await;
     assert!(err.to_string().contains("9.9.9"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("(available: 2.0.0, 1.1.6, 1.1.5)"),
+        "{err}"
+    );
     failure(&oci("fireworks-app", ">=3"), "VersionNotFound").await;
 }

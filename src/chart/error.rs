@@ -36,7 +36,10 @@ pub enum Error {
     },
 
     /// The chart exists but no version matches the requested version or range.
-    #[error("chart {chart:?} at {url} has no version matching {version:?}")]
+    #[error(
+        "chart {chart:?} at {url} has no version matching {version:?}{}",
+        available_suffix(available)
+    )]
     VersionNotFound {
         /// The repository URL, without credentials.
         url: String,
@@ -44,6 +47,8 @@ pub enum Error {
         chart: String,
         /// The requested version or range (empty: the highest stable version).
         version: String,
+        /// The highest versions that exist, newest first (a few, for the message).
+        available: Vec<String>,
     },
 
     /// The requested version is neither a version nor a range compositor understands.
@@ -130,6 +135,15 @@ pub enum Error {
         /// The I/O error.
         detail: String,
     },
+}
+
+/// `" (available: 2.0.0, 1.1.6)"`, or nothing when no version is known.
+fn available_suffix(available: &[String]) -> String {
+    if available.is_empty() {
+        String::new()
+    } else {
+        format!(" (available: {})", available.join(", "))
+    }
 }
 
 impl Error {

@@ -8,8 +8,11 @@ use super::cache::{Cache, CachedRef, sha256_digest};
 use super::http::Http;
 use super::reference::{ChartRef, redact_url};
 use super::repo::{self, IndexEntry};
-use super::version::{VersionSpec, parse_version};
+use super::version::{VersionSpec, highest, parse_version};
 use super::{Error, Limits, Package, oci};
+
+/// How many existing versions a `VersionNotFound` message lists.
+pub(crate) const AVAILABLE_SHOWN: usize = 5;
 
 /// A chart fetched, verified and read.
 #[derive(Clone, Debug)]
@@ -232,6 +235,7 @@ async fn fetch_from_repository(
         url: shown.clone(),
         chart: name.to_string(),
         version: requested.to_string(),
+        available: highest(entries.iter().map(|e| e.version.as_str()), AVAILABLE_SHOWN),
     })?;
 
     let version_key = cache.key(chart, &entry.version);
@@ -325,6 +329,7 @@ async fn fetch_archive_url(
             url: shown,
             chart: package.metadata.name.clone(),
             version: chart.version().to_string(),
+            available: vec![version],
         });
     }
     store(cache, &[key], &body.bytes, &shown, &version, None, limits)

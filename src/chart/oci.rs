@@ -13,10 +13,10 @@ use oci_client::{Client, Reference};
 use url::{Host, Url};
 
 use super::cache::{Cache, CachedRef};
-use super::fetch::{Fetched, from_cache, store, version_spec};
+use super::fetch::{AVAILABLE_SHOWN, Fetched, from_cache, store, version_spec};
 use super::http::{ensure_crypto_provider, host_port};
 use super::reference::{ChartRef, scrub};
-use super::version::{VersionSpec, tag_to_version, version_to_tag};
+use super::version::{VersionSpec, highest, tag_to_version, version_to_tag};
 use super::{Error, Limits};
 
 /// The media type of a Helm chart layer.
@@ -75,11 +75,20 @@ pub(crate) async fn fetch(
         url: location.clone(),
         chart: name.clone(),
     };
-    let version_not_found = || Error::VersionNotFound {
+    let version_not_found_among = |tags: &[String]| Error::VersionNotFound {
         url: location.clone(),
         chart: name.clone(),
         version: requested.to_string(),
+        available: highest(
+            tags.iter()
+                .map(|t| tag_to_version(t))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+            AVAILABLE_SHOWN,
+        ),
     };
+    let version_not_found = || version_not_found_among(&[]);
 
     // Pick the tag: the version itself, or the best tag from the (cached) listing.
     let listing_key = cache.key(chart, "\0tags");
@@ -93,7 +102,8 @@ pub(crate) async fn fetch(
                     .tags()
                     .await
                     .map_err(|f| f.into_error(&registry_session, &not_found))?;
-                let tag = pick_tag(&tags, &spec, requested).ok_or_else(version_not_found)?;
+                let tag = pick_tag(&tags, &spec, requested)
+                    .ok_or_else(|| version_not_found_among(&tags))?;
                 let found = registry_session
                     .manifest(&tag)
                     .await
@@ -114,7 +124,8 @@ pub(crate) async fn fetch(
                 tags
             }
         };
-        let tag = pick_tag(&tags, &spec, requested).ok_or_else(version_not_found)?;
+        let tag =
+            pick_tag(&tags, &spec, requested).ok_or_else(|| version_not_found_among(&tags))?;
         let version_key = cache.key(chart, &tag_to_version(&tag));
         if let Some(hit) = from_cache(cache, &version_key, limits) {
             return Ok(hit);
