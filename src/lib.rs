@@ -5,7 +5,9 @@
 //! → [`crd`] (names, versions, the CustomResourceDefinition).
 
 pub mod api;
+pub mod bundle;
 pub mod chart;
 pub mod crd;
 pub mod helm;
+pub mod runtime;
 pub mod schema;

@@ -78,7 +78,55 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run | Command::Controller | Command::Crd(_) => {
+        Command::Crd(args) => {
+            let remote = ["http://", "https://", "oci://"]
+                .iter()
+                .any(|scheme| args.chart.starts_with(scheme));
+            if remote || args.repo.is_some() {
+                eprintln!(
+                    "compositor: `crd` reads a chart directory or .tgz; download {} first",
+                    args.chart
+                );
+                return ExitCode::FAILURE;
+            }
+            let package = match compositor::chart::Package::load(std::path::Path::new(&args.chart))
+            {
+                Ok(package) => package,
+                Err(error) => {
+                    eprintln!("compositor: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let options = compositor::crd::BuildOptions {
+                names: compositor::crd::NameOverrides {
+                    group: args.group,
+                    kind: args.kind,
+                    ..Default::default()
+                },
+                version_name: args.version_name,
+                convert: compositor::schema::ConvertOptions {
+                    apply_defaults: args.apply_defaults,
+                },
+                ..Default::default()
+            };
+            let built = compositor::crd::build(&package, &options)
+                .and_then(|(crd, warnings)| Ok((compositor::crd::to_yaml(&crd)?, warnings)));
+            match built {
+                Ok((yaml, warnings)) => {
+                    // Warnings go to stderr, one per line, so stdout stays a clean manifest.
+                    for warning in &warnings {
+                        eprintln!("warning: {warning}");
+                    }
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("compositor: chart {}: {error}", args.chart);
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Run | Command::Controller => {
             eprintln!("compositor: this command is not implemented yet");
             ExitCode::FAILURE
         }

@@ -148,6 +148,22 @@ async fn ca_bundles_come_from_configmaps_and_secrets() {
         .unwrap();
     assert_eq!(chart.ca_bundle.as_deref(), Some(pem.as_bytes()));
 
+    // No kind: a Secret is used when no ConfigMap has that name; the key defaults to ca.crt.
+    create_secret(
+        &client,
+        &ns,
+        serde_json::json!({"metadata": {"name": "only-secret"}, "stringData": {"ca.crt": pem}}),
+    )
+    .await;
+    let fallback = source(serde_json::json!({
+        "url": "https://charts.example.org", "repo": "x",
+        "caBundleRef": {"name": "only-secret"}
+    }));
+    let chart = resolve(&client, &policy(&ns, false), &fallback)
+        .await
+        .unwrap();
+    assert_eq!(chart.ca_bundle.as_deref(), Some(pem.as_bytes()));
+
     let missing_key = source(serde_json::json!({
         "url": "https://charts.example.org", "repo": "x",
         "caBundleRef": {"name": "repo-ca", "key": "nope"}

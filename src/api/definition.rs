@@ -8,6 +8,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::chart::credentials::{CaBundleRef, ChartCredentials};
+
 /// A Helm chart served as a Kubernetes API: one CRD version per chart version, and one
 /// controller per CRD version that installs the chart for every object of that version.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -67,70 +69,7 @@ pub struct ChartSource {
     pub ca_bundle_ref: Option<CaBundleRef>,
     /// Credentials for the repository or registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials: Option<Credentials>,
-}
-
-/// A key of a ConfigMap or Secret in the definition's namespace holding PEM certificates.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CaBundleRef {
-    /// `ConfigMap` (the default) or `Secret`.
-    #[serde(default)]
-    pub kind: ObjectKind,
-    /// Name of the object.
-    pub name: String,
-    /// Key holding the PEM bundle.
-    pub key: String,
-}
-
-/// The kind of object a reference points to.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum ObjectKind {
-    /// A ConfigMap.
-    #[default]
-    ConfigMap,
-    /// A Secret.
-    Secret,
-}
-
-/// Credentials for a repository or registry: a user name with a password from a Secret key
-/// (Krateo's shape), or a whole `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson`
-/// Secret.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Credentials {
-    /// User name that goes with `passwordRef`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// The Secret key holding the password or token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password_ref: Option<SecretKeyRef>,
-    /// A `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretRef>,
-}
-
-/// A key of a Secret.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct SecretKeyRef {
-    /// Name of the Secret.
-    pub name: String,
-    /// Namespace of the Secret; defaults to the definition's. Another namespace is refused
-    /// unless the operator runs with `--allow-cross-namespace-refs`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// The key.
-    pub key: String,
-}
-
-/// A whole Secret.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct SecretRef {
-    /// Name of the Secret.
-    pub name: String,
-    /// Namespace of the Secret; defaults to the definition's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    pub credentials: Option<ChartCredentials>,
 }
 
 /// Overrides of the generated CRD's names.

@@ -2,14 +2,15 @@
 //! composition resource carries, and the labels and annotations both sides agree on.
 
 mod composition;
+mod conditions;
 mod definition;
 
+pub use conditions::{find_condition, set_condition};
 pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
 pub use definition::{
-    CaBundleRef, ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
-    CompositionDefinitionStatus, CrdStatus, Credentials, DefinitionVersion, DeletionPolicy, Names,
-    NamespacePlacement, ObjectKind, Placement, ResolvedChart, SchemaOptions, SecretKeyRef,
-    SecretRef,
+    ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
+    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,
+    NamespacePlacement, Placement, ResolvedChart, SchemaOptions,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,6 +27,12 @@ pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
 pub const VERSION_LABEL: &str = "compositor.dev/version";
 /// Label naming the definition (`<namespace>.<name>`) an object was made for.
 pub const DEFINITION_LABEL: &str = "compositor.dev/definition";
+/// Annotation naming the definition (`<namespace>/<name>`) that made an object; unlike
+/// [`DEFINITION_LABEL`] it is never shortened, so it maps an object back to its definition.
+pub const OWNER_ANNOTATION: &str = "compositor.dev/owner";
+/// Annotation holding a hash of what compositor last applied, so an unchanged object is not
+/// written again.
+pub const APPLIED_HASH_ANNOTATION: &str = "compositor.dev/applied-hash";
 /// Finalizer on definitions and compositions.
 pub const FINALIZER: &str = "compositor.dev/finalizer";
 

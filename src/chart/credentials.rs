@@ -7,10 +7,75 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::Error;
 use super::reference::{ChartRef, Credentials, DockerConfig};
-use crate::api::{CaBundleRef, ChartSource, Credentials as CredentialsSpec, ObjectKind};
+use crate::api::ChartSource;
+
+/// `spec.chart.credentials`: a username with a password from a Secret key, or a whole
+/// `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartCredentials {
+    /// User name, used with `passwordRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The Secret key holding the password or token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_ref: Option<SecretKeyRef>,
+    /// A `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A key of a Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key in the Secret's data.
+    pub key: String,
+}
+
+/// A whole Secret.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `spec.chart.caBundleRef`: PEM CA certificates in a ConfigMap or Secret key.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct CaBundleRef {
+    /// `ConfigMap` or `Secret`; when empty a ConfigMap is looked up first, then a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<CaBundleKind>,
+    /// The object's name.
+    pub name: String,
+    /// The object's namespace; the definition's when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key holding the PEM bundle; `ca.crt` when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Where a CA bundle is stored.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum CaBundleKind {
+    /// A ConfigMap (`data` or `binaryData`).
+    ConfigMap,
+    /// A Secret.
+    Secret,
+}
 
 /// What the references resolved to.
 #[derive(Clone, Debug, Default)]
@@ -92,10 +157,12 @@ pub fn referenced_secrets(
             out.push((namespace, r.name.clone()));
         }
     }
-    if let Some(r) = &source.ca_bundle_ref
-        && r.kind == ObjectKind::Secret
-    {
-        out.push((policy.namespace.clone(), r.name.clone()));
+    if let Some(r) = &source.ca_bundle_ref {
+        // A CA reference without a kind may end up reading a Secret.
+        let namespace = policy.namespace_for("ConfigMap", &r.name, r.namespace.as_deref())?;
+        if r.kind != Some(CaBundleKind::ConfigMap) {
+            out.push((namespace, r.name.clone()));
+        }
     }
     out.sort();
     out.dedup();
@@ -123,7 +190,7 @@ pub async fn resolve(
 async fn resolve_credentials(
     client: &kube::Client,
     policy: &RefPolicy,
-    spec: &CredentialsSpec,
+    spec: &ChartCredentials,
 ) -> Result<Option<Credentials>, Error> {
     if let Some(r) = &spec.password_ref {
         let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
@@ -181,45 +248,59 @@ async fn resolve_credentials(
     }
 }
 
-/// The PEM bundle of a `caBundleRef`, always in the definition's namespace.
+/// The PEM bundle of a `caBundleRef`: from a ConfigMap, a Secret, or (no kind) whichever
+/// exists, ConfigMap first.
 async fn ca_bundle(
     client: &kube::Client,
     policy: &RefPolicy,
     r: &CaBundleRef,
 ) -> Result<Vec<u8>, Error> {
-    let namespace = policy.namespace.as_str();
-    match r.kind {
-        ObjectKind::Secret => {
-            let secret = get_secret(client, namespace, &r.name).await?;
-            secret_bytes(&secret, &r.key, namespace, &r.name)
-        }
-        ObjectKind::ConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            let invalid = |detail: String| Error::InvalidReference {
-                kind: "ConfigMap",
-                name: r.name.clone(),
-                namespace: namespace.to_string(),
-                detail,
-            };
-            let cm = api
-                .get_opt(&r.name)
-                .await
-                .map_err(|e| lookup_failed("ConfigMap", namespace, &r.name, e))?
-                .ok_or_else(|| invalid("not found".to_string()))?;
-            let text = cm
-                .data
-                .as_ref()
-                .and_then(|d| d.get(&r.key))
-                .map(|s| s.as_bytes().to_vec());
-            let binary = cm
-                .binary_data
-                .as_ref()
-                .and_then(|d| d.get(&r.key))
-                .map(|b| b.0.clone());
-            text.or(binary)
-                .ok_or_else(|| invalid(format!("has no key {:?}", r.key)))
+    let key = r
+        .key
+        .as_deref()
+        .filter(|k| !k.is_empty())
+        .unwrap_or("ca.crt");
+    let kind_ns = |kind: &'static str| policy.namespace_for(kind, &r.name, r.namespace.as_deref());
+    if r.kind != Some(CaBundleKind::Secret) {
+        let namespace = kind_ns("ConfigMap")?;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let found = api
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| lookup_failed("ConfigMap", &namespace, &r.name, e))?;
+        match found {
+            Some(cm) => {
+                let text = cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|s| s.as_bytes().to_vec());
+                let binary = cm
+                    .binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|b| b.0.clone());
+                return text.or(binary).ok_or_else(|| Error::InvalidReference {
+                    kind: "ConfigMap",
+                    name: r.name.clone(),
+                    namespace,
+                    detail: format!("has no key {key:?}"),
+                });
+            }
+            None if r.kind == Some(CaBundleKind::ConfigMap) => {
+                return Err(Error::InvalidReference {
+                    kind: "ConfigMap",
+                    name: r.name.clone(),
+                    namespace,
+                    detail: "not found".to_string(),
+                });
+            }
+            None => {}
         }
     }
+    let namespace = kind_ns("Secret")?;
+    let secret = get_secret(client, &namespace, &r.name).await?;
+    secret_bytes(&secret, key, &namespace, &r.name)
 }
 
 async fn get_secret(client: &kube::Client, namespace: &str, name: &str) -> Result<Secret, Error> {

@@ -13,10 +13,13 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::process::Command;
+
+use crate::runtime::{HelmOutcome, Metrics};
 
 /// Longest part of Helm's stderr kept in an error message.
 const MESSAGE_LIMIT: usize = 1024;
@@ -65,21 +68,30 @@ impl Error {
     }
 }
 
-/// Runs `helm` with private state for each call.
-#[derive(Clone, Debug)]
+/// Runs `helm` with private state for each call, counting every call in the metrics.
+#[derive(Clone)]
 pub struct Engine {
     binary: PathBuf,
     timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
     /// Finds helm: `explicit` (the `--helm` flag), else `HELM_BIN`, else `helm` on `PATH`.
-    pub fn locate(explicit: Option<PathBuf>, timeout: Duration) -> Result<Self, Error> {
+    pub fn locate(
+        explicit: Option<PathBuf>,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, Error> {
         let binary = explicit
             .or_else(|| std::env::var_os("HELM_BIN").map(PathBuf::from))
             .or_else(|| find_on_path("helm"))
             .ok_or(Error::NotFound)?;
-        Ok(Engine { binary, timeout })
+        Ok(Engine {
+            binary,
+            timeout,
+            metrics,
+        })
     }
 
     /// `helm version --short`.
@@ -114,6 +126,22 @@ impl Engine {
     }
 
     async fn run(
+        &self,
+        verb: &'static str,
+        workspace: &Workspace,
+        args: &[&OsStr],
+    ) -> Result<String, Error> {
+        let result = self.call(verb, workspace, args).await;
+        let outcome = if result.is_ok() {
+            HelmOutcome::Success
+        } else {
+            HelmOutcome::Failure
+        };
+        self.metrics.helm_call(verb, outcome);
+        result
+    }
+
+    async fn call(
         &self,
         verb: &'static str,
         workspace: &Workspace,

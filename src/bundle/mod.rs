@@ -1,0 +1,328 @@
+//! The per-version controller bundle: for each served version of a definition, a ServiceAccount,
+//! a Deployment running `compositor controller`, and RBAC derived from the chart and nothing else.
+//!
+//! The bundle is described once, as typed objects built by a pure function; applying, listing
+//! and deleting all work from that description and from the labels it sets.
+
+mod kinds;
+mod rbac;
+
+pub use kinds::{TypeRef, chart_kinds, literal_kinds};
+pub use rbac::{Permissions, ResolvedKind};
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::api::{CompositionDefinition, DEFINITION_LABEL, VERSION_LABEL};
+
+/// Port of the controller's metrics and health endpoints.
+pub const METRICS_PORT: i32 = 8080;
+
+/// The generated resource a controller serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedResource {
+    /// API group, e.g. `composition.compositor.dev`.
+    pub group: String,
+    /// CRD version name, e.g. `v1-1-5`.
+    pub version: String,
+    /// Plural resource name, e.g. `fireworksapps`.
+    pub plural: String,
+}
+
+/// Everything one version's bundle is built from.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    /// The generated resource and version.
+    pub resource: GeneratedResource,
+    /// The chart version this CRD version installs.
+    pub chart_version: String,
+    /// The operator's own image.
+    pub image: String,
+    /// What the controller may do.
+    pub permissions: Permissions,
+}
+
+/// The objects of one version's bundle.
+#[derive(Clone, Debug)]
+pub struct Bundle {
+    /// The controller's identity.
+    pub service_account: ServiceAccount,
+    /// The controller.
+    pub deployment: Deployment,
+    /// Cluster-wide rules: the generated resource, cluster-scoped chart kinds, events, namespaces.
+    pub cluster_role: ClusterRole,
+    /// Binds `cluster_role` to the ServiceAccount.
+    pub cluster_role_binding: ClusterRoleBinding,
+    /// Namespaced chart kinds and Helm's release Secrets, granted only where releases live.
+    pub release_role: ClusterRole,
+    /// Binds `release_role` in every namespace that holds a release of this version.
+    pub release_bindings: Vec<RoleBinding>,
+    /// `get` on the credential Secrets the chart reference uses, if any.
+    pub secrets_role: Option<(Role, RoleBinding)>,
+}
+
+/// The kinds a bundle is made of, for listing and deleting by label.
+pub fn bundle_kinds() -> [(ApiResource, bool); 6] {
+    [
+        (ApiResource::erase::<ServiceAccount>(&()), true),
+        (ApiResource::erase::<Deployment>(&()), true),
+        (ApiResource::erase::<Role>(&()), true),
+        (ApiResource::erase::<RoleBinding>(&()), true),
+        (ApiResource::erase::<ClusterRole>(&()), false),
+        (ApiResource::erase::<ClusterRoleBinding>(&()), false),
+    ]
+}
+
+/// The value of [`DEFINITION_LABEL`] for a definition: `<namespace>.<name>`, or, when that is
+/// longer than a label value may be, a prefix of it with a hash that keeps it unique.
+pub fn definition_label(definition: &CompositionDefinition) -> String {
+    use sha2::Digest;
+    let full = format!(
+        "{}.{}",
+        definition.namespace().unwrap_or_default(),
+        definition.name_any()
+    );
+    if full.len() <= 63 {
+        return full;
+    }
+    let hash = hex::encode(&sha2::Sha256::digest(full.as_bytes())[..5]);
+    format!(
+        "{}-{hash}",
+        full[..52].trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+    )
+}
+
+/// Labels that select one version's bundle.
+pub fn bundle_labels(
+    definition: &CompositionDefinition,
+    version: &str,
+) -> BTreeMap<String, String> {
+    [
+        (DEFINITION_LABEL.to_string(), definition_label(definition)),
+        (VERSION_LABEL.to_string(), version.to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "compositor".to_string(),
+        ),
+    ]
+    .into()
+}
+
+impl Controller {
+    /// Name of the Deployment and ServiceAccount: `<plural>-<version>-controller`.
+    pub fn name(&self) -> String {
+        format!(
+            "{}-{}-controller",
+            self.resource.plural, self.resource.version
+        )
+    }
+
+    /// Name of cluster-scoped objects: `compositor:<namespace>:<plural>-<version>`, so two
+    /// definitions never share RBAC.
+    pub fn cluster_name(&self, definition: &CompositionDefinition) -> String {
+        format!(
+            "compositor:{}:{}-{}",
+            definition.namespace().unwrap_or_default(),
+            self.resource.plural,
+            self.resource.version
+        )
+    }
+
+    /// The bundle of this version for `definition`.
+    pub fn bundle(&self, definition: &CompositionDefinition) -> Result<Bundle, serde_json::Error> {
+        let namespace = definition.namespace().unwrap_or_default();
+        let labels = bundle_labels(definition, &self.resource.version);
+        let owned = ObjectMeta {
+            name: Some(self.name()),
+            namespace: Some(namespace.clone()),
+            labels: Some(labels.clone()),
+            owner_references: owner_reference(definition).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        };
+        let cluster_meta = |name: String| ObjectMeta {
+            name: Some(name),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        };
+        let subjects = Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: self.name(),
+            namespace: Some(namespace.clone()),
+            api_group: None,
+        }]);
+        let role_ref = |kind: &str, name: &str| RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let cluster_name = self.cluster_name(definition);
+        let release_name = format!("{cluster_name}:release");
+
+        let cluster_role = ClusterRole {
+            metadata: cluster_meta(cluster_name.clone()),
+            rules: Some(self.permissions.cluster_rules(&self.resource)),
+            ..ClusterRole::default()
+        };
+        let cluster_role_binding = ClusterRoleBinding {
+            metadata: cluster_meta(cluster_name.clone()),
+            role_ref: role_ref("ClusterRole", &cluster_name),
+            subjects: subjects.clone(),
+        };
+        let release_role = ClusterRole {
+            metadata: cluster_meta(release_name.clone()),
+            rules: Some(self.permissions.release_rules()),
+            ..ClusterRole::default()
+        };
+        let release_bindings = self
+            .permissions
+            .release_namespaces
+            .iter()
+            .map(|release_namespace| RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(cluster_name.clone()),
+                    namespace: Some(release_namespace.clone()),
+                    labels: Some(labels.clone()),
+                    ..ObjectMeta::default()
+                },
+                role_ref: role_ref("ClusterRole", &release_name),
+                subjects: subjects.clone(),
+            })
+            .collect();
+        let secrets_role = self.permissions.secret_rules().map(|rules| {
+            let role = Role {
+                metadata: owned.clone(),
+                rules: Some(rules),
+            };
+            let binding = RoleBinding {
+                metadata: owned.clone(),
+                role_ref: role_ref("Role", &self.name()),
+                subjects: subjects.clone(),
+            };
+            (role, binding)
+        });
+
+        Ok(Bundle {
+            service_account: ServiceAccount {
+                metadata: owned.clone(),
+                ..ServiceAccount::default()
+            },
+            deployment: self.deployment(definition, owned)?,
+            cluster_role,
+            cluster_role_binding,
+            release_role,
+            release_bindings,
+            secrets_role,
+        })
+    }
+
+    fn deployment(
+        &self,
+        definition: &CompositionDefinition,
+        metadata: ObjectMeta,
+    ) -> Result<Deployment, serde_json::Error> {
+        let selector = bundle_labels(definition, &self.resource.version);
+        let args = [
+            "controller",
+            "--group",
+            &self.resource.group,
+            "--version",
+            &self.resource.version,
+            "--resource",
+            &self.resource.plural,
+            "--definition",
+            &format!(
+                "{}/{}",
+                definition.namespace().unwrap_or_default(),
+                definition.name_any()
+            ),
+        ];
+        let probe =
+            |path: &str| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": 10});
+        serde_json::from_value(json!({
+            "metadata": metadata,
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": selector},
+                    "spec": {
+                        "serviceAccountName": self.name(),
+                        "securityContext": {
+                            "runAsNonRoot": true,
+                            "runAsUser": 65532,
+                            "runAsGroup": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [{
+                            "name": "controller",
+                            "image": self.image,
+                            "command": ["compositor"],
+                            "args": args,
+                            "env": [{"name": "TMPDIR", "value": "/tmp"}],
+                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                            "readinessProbe": probe("/readyz"),
+                            "livenessProbe": probe("/healthz"),
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "64Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": false,
+                                "readOnlyRootFilesystem": true,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        }],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+        }))
+    }
+}
+
+impl Bundle {
+    /// Every object, in the order they are applied (identity and RBAC before the Deployment).
+    pub fn objects(&self) -> Result<Vec<DynamicObject>, serde_json::Error> {
+        let mut objects = vec![
+            dynamic(&self.service_account)?,
+            dynamic(&self.cluster_role)?,
+            dynamic(&self.cluster_role_binding)?,
+            dynamic(&self.release_role)?,
+        ];
+        for binding in &self.release_bindings {
+            objects.push(dynamic(binding)?);
+        }
+        if let Some((role, binding)) = &self.secrets_role {
+            objects.extend([dynamic(role)?, dynamic(binding)?]);
+        }
+        objects.push(dynamic(&self.deployment)?);
+        Ok(objects)
+    }
+}
+
+fn owner_reference(definition: &CompositionDefinition) -> Option<OwnerReference> {
+    definition.controller_owner_ref(&())
+}
+
+/// Converts a typed object to a dynamic one with its `apiVersion` and `kind` set.
+fn dynamic<K: Resource<DynamicType = ()> + serde::Serialize>(
+    object: &K,
+) -> Result<DynamicObject, serde_json::Error> {
+    let mut value = serde_json::to_value(object)?;
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    serde_json::from_value(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,203 @@
+use super::*;
+use crate::api::CompositionDefinitionSpec;
+
+fn definition(namespace: &str, name: &str) -> CompositionDefinition {
+    let mut definition = CompositionDefinition::new(
+        name,
+        serde_json::from_value::<CompositionDefinitionSpec>(json!({"chart": {"url": "oci://r/c"}}))
+            .expect("spec"),
+    );
+    definition.metadata.namespace = Some(namespace.into());
+    definition.metadata.uid = Some("0000-1111".into());
+    definition
+}
+
+fn controller() -> Controller {
+    let kind = |group: &str, plural: &str, namespaced| ResolvedKind {
+        group: group.into(),
+        plural: plural.into(),
+        namespaced,
+    };
+    Controller {
+        resource: GeneratedResource {
+            group: "composition.compositor.dev".into(),
+            version: "v1-1-5".into(),
+            plural: "fireworksapps".into(),
+        },
+        chart_version: "1.1.5".into(),
+        image: "compositor:test".into(),
+        permissions: Permissions {
+            kinds: [
+                kind("", "configmaps", true),
+                kind("apps", "deployments", true),
+                kind("", "services", true),
+                kind("rbac.authorization.k8s.io", "clusterroles", false),
+            ]
+            .into(),
+            creates_namespaces: false,
+            secrets: ["repo-password".to_string()].into(),
+            release_namespaces: ["team-a".to_string(), "team-b".to_string()].into(),
+        },
+    }
+}
+
+#[test]
+fn names_carry_plural_version_and_namespace() {
+    let definition = definition("demo", "fireworksapp");
+    let bundle = controller().bundle(&definition).expect("bundle");
+    assert_eq!(
+        bundle.deployment.metadata.name.as_deref(),
+        Some("fireworksapps-v1-1-5-controller")
+    );
+    assert_eq!(
+        bundle.service_account.metadata.name.as_deref(),
+        Some("fireworksapps-v1-1-5-controller")
+    );
+    assert_eq!(
+        bundle.cluster_role.metadata.name.as_deref(),
+        Some("compositor:demo:fireworksapps-v1-1-5")
+    );
+    assert_eq!(
+        bundle.release_role.metadata.name.as_deref(),
+        Some("compositor:demo:fireworksapps-v1-1-5:release")
+    );
+    let namespaces: Vec<_> = bundle
+        .release_bindings
+        .iter()
+        .map(|b| b.metadata.namespace.clone().unwrap())
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+}
+
+#[test]
+fn deployment_runs_the_controller_of_its_version() {
+    let bundle = controller()
+        .bundle(&definition("demo", "fireworksapp"))
+        .expect("bundle");
+    let pod = bundle.deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("fireworksapps-v1-1-5-controller")
+    );
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.args.clone().unwrap(),
+        [
+            "controller",
+            "--group",
+            "composition.compositor.dev",
+            "--version",
+            "v1-1-5",
+            "--resource",
+            "fireworksapps",
+            "--definition",
+            "demo/fireworksapp"
+        ]
+    );
+    assert!(container.readiness_probe.is_some() && container.liveness_probe.is_some());
+    assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+}
+
+#[test]
+fn namespaced_objects_are_owned_by_the_definition() {
+    let bundle = controller()
+        .bundle(&definition("demo", "fireworksapp"))
+        .expect("bundle");
+    let owner = &bundle
+        .deployment
+        .metadata
+        .owner_references
+        .as_ref()
+        .expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("CompositionDefinition", "0000-1111")
+    );
+    assert!(bundle.cluster_role.metadata.owner_references.is_none());
+}
+
+#[test]
+fn rules_are_exactly_what_helm_needs() {
+    let controller = controller();
+    let cluster =
+        serde_json::to_value(controller.permissions.cluster_rules(&controller.resource)).unwrap();
+    assert_eq!(
+        cluster,
+        json!([
+            {"apiGroups": ["composition.compositor.dev"],
+             "resources": ["fireworksapps", "fireworksapps/status", "fireworksapps/finalizers"],
+             "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ])
+    );
+    let release = serde_json::to_value(controller.permissions.release_rules()).unwrap();
+    assert_eq!(
+        release,
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        ])
+    );
+    let secrets = serde_json::to_value(controller.permissions.secret_rules()).unwrap();
+    assert_eq!(
+        secrets,
+        json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-password"], "verbs": ["get"]}])
+    );
+}
+
+#[test]
+fn namespaces_only_when_the_placement_creates_them() {
+    let mut controller = controller();
+    let has_namespaces = |c: &Controller| {
+        c.permissions.cluster_rules(&c.resource).iter().any(|r| {
+            r.resources
+                .as_ref()
+                .unwrap()
+                .contains(&"namespaces".to_string())
+        })
+    };
+    assert!(!has_namespaces(&controller));
+    controller.permissions.creates_namespaces = true;
+    assert!(has_namespaces(&controller));
+}
+
+#[test]
+fn objects_are_typed_and_ordered_deployment_last() {
+    let objects = controller()
+        .bundle(&definition("demo", "fireworksapp"))
+        .unwrap()
+        .objects()
+        .unwrap();
+    let kinds: Vec<_> = objects
+        .iter()
+        .map(|o| o.types.as_ref().unwrap().kind.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRole",
+            "RoleBinding",
+            "RoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ]
+    );
+}
+
+#[test]
+fn long_definition_labels_stay_valid_and_unique() {
+    let short = definition_label(&definition("demo", "fireworksapp"));
+    assert_eq!(short, "demo.fireworksapp");
+    let a = definition_label(&definition("demo", &"a".repeat(80)));
+    let b = definition_label(&definition("demo", &format!("{}b", "a".repeat(79))));
+    assert!(a.len() <= 63 && b.len() <= 63);
+    assert_ne!(a, b);
+}

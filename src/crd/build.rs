@@ -1,0 +1,425 @@
+//! Assembly of a chart's CustomResourceDefinition: one version per chart version, `spec` from
+//! the chart's schema, the fixed composition `status`, subresource, columns and categories.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
+    CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
+    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
+    JSONSchemaProps,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::Error;
+use super::naming::{self, NameOverrides, Names};
+use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
+use crate::api::CompositionStatus;
+use crate::chart::Package;
+use crate::schema::{self, ConvertOptions, Warning};
+
+/// Choices of a CRD build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Name overrides.
+    pub names: NameOverrides,
+    /// CRD version name; default `v` + the chart version.
+    pub version_name: Option<String>,
+    /// Schema conversion choices.
+    pub convert: ConvertOptions,
+    /// Budget of one version's schema in bytes (see [`DEFAULT_MAX_VERSION_BYTES`]).
+    pub max_version_bytes: usize,
+    /// Add the optional `spec.clusterRef` (the kubeconfig Secret of a remote target), for
+    /// definitions that place compositions on registered clusters.
+    pub cluster_ref: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            names: NameOverrides::default(),
+            version_name: None,
+            convert: ConvertOptions::default(),
+            max_version_bytes: DEFAULT_MAX_VERSION_BYTES,
+            cluster_ref: false,
+        }
+    }
+}
+
+/// The `spec` key that names a composition's target cluster; never passed to Helm.
+pub const CLUSTER_REF: &str = "clusterRef";
+
+/// Categories of every generated CRD (`kubectl get compositions`).
+pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
+
+/// The CRD of `package` with a single version for its chart version, and the warnings of the
+/// schema conversion.
+pub fn build(
+    package: &Package,
+    options: &BuildOptions,
+) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
+    let names = Names::new(&package.metadata.name, &options.names)?;
+    let (version, warnings) = build_version(package, options)?;
+    Ok((crd(&names, vec![version]), warnings))
+}
+
+/// One served and stored CRD version for `package`, to be merged into an existing CRD with
+/// [`merge_version`] when the chart version changes.
+pub fn build_version(
+    package: &Package,
+    options: &BuildOptions,
+) -> Result<(CustomResourceDefinitionVersion, Vec<Warning>), Error> {
+    let name = match &options.version_name {
+        Some(n) => {
+            naming::check_version_name(n)?;
+            n.clone()
+        }
+        None => naming::version_name(&package.metadata.version)?,
+    };
+    let (mut spec, mut warnings) = match &package.schema {
+        Some(values_schema) => schema::convert(values_schema, package, &options.convert),
+        None => (
+            JSONSchemaProps {
+                type_: Some("object".to_owned()),
+                x_kubernetes_preserve_unknown_fields: Some(true),
+                ..Default::default()
+            },
+            Vec::new(),
+        ),
+    };
+    if options.cluster_ref {
+        add_cluster_ref(&mut spec)?;
+    }
+    if spec.description.is_none() {
+        spec.description = Some(match &package.metadata.description {
+            Some(d) => format!(
+                "Values of the {} chart {}: {d}",
+                package.metadata.name, package.metadata.version
+            ),
+            None => format!(
+                "Values of the {} chart {}.",
+                package.metadata.name, package.metadata.version
+            ),
+        });
+    }
+    let status = CompositionStatus::openapi_schema().map_err(Error::Serialize)?;
+    let budget = options
+        .max_version_bytes
+        .saturating_sub(size::schema_bytes(&status)?);
+    if let Some(w) = size::fit(&mut spec, budget, &name)? {
+        warnings.push(w);
+    }
+    Ok((version(&name, spec, status), warnings))
+}
+
+/// A served, stored version with `spec` as its values schema and `status` as the composition
+/// status schema ([`CompositionStatus::openapi_schema`]).
+pub fn version(
+    name: &str,
+    spec: JSONSchemaProps,
+    status: JSONSchemaProps,
+) -> CustomResourceDefinitionVersion {
+    let root = JSONSchemaProps {
+        type_: Some("object".to_owned()),
+        description: Some(
+            "A composition: one Helm release of the chart, with `spec` as its values.".to_owned(),
+        ),
+        properties: Some(BTreeMap::from([
+            ("spec".to_owned(), spec),
+            ("status".to_owned(), status),
+        ])),
+        ..Default::default()
+    };
+    CustomResourceDefinitionVersion {
+        name: name.to_owned(),
+        served: true,
+        storage: true,
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(root),
+        }),
+        subresources: Some(CustomResourceSubresources {
+            status: Some(CustomResourceSubresourceStatus(serde_json::Value::Object(
+                Default::default(),
+            ))),
+            scale: None,
+        }),
+        additional_printer_columns: Some(columns()),
+        ..Default::default()
+    }
+}
+
+/// Adds `version` to `crd` (replacing a version of the same name) and makes it the storage
+/// version; older versions stay served.
+pub fn merge_version(crd: &mut CustomResourceDefinition, version: CustomResourceDefinitionVersion) {
+    let versions = &mut crd.spec.versions;
+    for v in versions.iter_mut() {
+        v.storage = false;
+    }
+    match versions.iter_mut().find(|v| v.name == version.name) {
+        Some(existing) => *existing = version,
+        None => versions.push(version),
+    }
+}
+
+/// Adds `spec.clusterRef: {name, key}`; a chart that declares its own top-level `clusterRef`
+/// cannot get it, because the key would be both a Helm value and compositor's.
+fn add_cluster_ref(spec: &mut JSONSchemaProps) -> Result<(), Error> {
+    let properties = spec.properties.get_or_insert_with(BTreeMap::new);
+    if properties.contains_key(CLUSTER_REF) {
+        return Err(Error::ReservedKey {
+            key: CLUSTER_REF.to_owned(),
+        });
+    }
+    let string = |description: &str| JSONSchemaProps {
+        type_: Some("string".to_owned()),
+        description: Some(description.to_owned()),
+        ..Default::default()
+    };
+    properties.insert(
+        CLUSTER_REF.to_owned(),
+        JSONSchemaProps {
+            type_: Some("object".to_owned()),
+            description: Some(
+                "The registered cluster to install on: its kubeconfig Secret. Not passed to the chart."
+                    .to_owned(),
+            ),
+            properties: Some(BTreeMap::from([
+                ("name".to_owned(), string("Name of the kubeconfig Secret.")),
+                ("key".to_owned(), string("Key of the kubeconfig in the Secret.")),
+            ])),
+            required: Some(vec!["name".to_owned()]),
+            ..Default::default()
+        },
+    );
+    Ok(())
+}
+
+/// Fails when the whole CRD (every version) is larger than `limit` bytes as JSON, so that an
+/// update adding a version is refused before etcd refuses it.
+pub fn check_size(crd: &CustomResourceDefinition, limit: usize) -> Result<(), Error> {
+    let size = serde_json::to_vec(crd).map_err(Error::Serialize)?.len();
+    if size > limit {
+        return Err(Error::CrdTooLarge {
+            name: crd.metadata.name.clone().unwrap_or_default(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// The CRD as a YAML document, as `compositor crd` prints it.
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, Error> {
+    serde_saphyr::to_string(crd).map_err(Error::Yaml)
+}
+
+fn crd(names: &Names, versions: Vec<CustomResourceDefinitionVersion>) -> CustomResourceDefinition {
+    CustomResourceDefinition {
+        metadata: ObjectMeta {
+            name: Some(names.crd_name()),
+            ..Default::default()
+        },
+        spec: CustomResourceDefinitionSpec {
+            group: names.group.clone(),
+            names: CustomResourceDefinitionNames {
+                kind: names.kind.clone(),
+                list_kind: Some(names.list_kind.clone()),
+                plural: names.plural.clone(),
+                singular: Some(names.singular.clone()),
+                short_names: (!names.short_names.is_empty()).then(|| names.short_names.clone()),
+                categories: Some(CATEGORIES.iter().map(|c| (*c).to_owned()).collect()),
+            },
+            scope: "Namespaced".to_owned(),
+            versions,
+            conversion: Some(CustomResourceConversion {
+                strategy: "None".to_owned(),
+                webhook: None,
+            }),
+            preserve_unknown_fields: None,
+        },
+        status: None,
+    }
+}
+
+fn columns() -> Vec<CustomResourceColumnDefinition> {
+    let column =
+        |name: &str, type_: &str, path: &str, description: &str| CustomResourceColumnDefinition {
+            name: name.to_owned(),
+            type_: type_.to_owned(),
+            json_path: path.to_owned(),
+            description: Some(description.to_owned()),
+            ..Default::default()
+        };
+    vec![
+        column(
+            "Ready",
+            "string",
+            r#".status.conditions[?(@.type=="Ready")].status"#,
+            "Whether every release is ready.",
+        ),
+        column(
+            "Clusters",
+            "string",
+            ".status.clusters[*].name",
+            "Clusters the chart is installed on.",
+        ),
+        column(
+            "Chart",
+            "string",
+            ".status.chart.version",
+            "Installed chart version.",
+        ),
+        column(
+            "Age",
+            "date",
+            ".metadata.creationTimestamp",
+            "Time since creation.",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::{ChartMetadata, ChartType};
+    use serde_json::json;
+
+    fn package(schema: Option<serde_json::Value>) -> Package {
+        Package {
+            metadata: ChartMetadata {
+                api_version: "v2".to_owned(),
+                name: "fireworks-app".to_owned(),
+                version: "1.1.5".to_owned(),
+                chart_type: ChartType::Application,
+                description: None,
+                dependencies: Vec::new(),
+            },
+            values: json!({"replicas": 3}),
+            schema,
+            templates: Vec::new(),
+            subcharts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn crd_has_names_version_status_and_columns() {
+        let p = package(Some(
+            json!({"type": "object", "properties": {"replicas": {"type": "integer", "description": "How many."}}}),
+        ));
+        let (crd, warnings) = build(&p, &BuildOptions::default()).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("fireworksapps.composition.compositor.dev")
+        );
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1-1-5");
+        assert!(v.served && v.storage);
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let cols: Vec<&str> = v
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(cols, ["Ready", "Clusters", "Chart", "Age"]);
+        let root = v
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let props = root.properties.as_ref().unwrap();
+        let replicas = &props["spec"].properties.as_ref().unwrap()["replicas"];
+        assert_eq!(
+            replicas.description.as_deref(),
+            Some("How many.\n\nDefault: 3")
+        );
+        assert!(
+            props["status"]
+                .properties
+                .as_ref()
+                .unwrap()
+                .contains_key("clusters")
+        );
+        assert_eq!(
+            crd.spec.names.categories.as_ref().unwrap(),
+            &["compositions", "compositor"]
+        );
+        assert_eq!(crd.spec.conversion.as_ref().unwrap().strategy, "None");
+    }
+
+    #[test]
+    fn chart_without_schema_keeps_everything() {
+        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
+        let root = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let spec = &root.properties.as_ref().unwrap()["spec"];
+        assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
+    }
+
+    #[test]
+    fn merging_a_version_moves_storage() {
+        let p = package(None);
+        let (mut crd, _) = build(&p, &BuildOptions::default()).unwrap();
+        let mut newer = p.clone();
+        newer.metadata.version = "1.1.6".to_owned();
+        let (v, _) = build_version(&newer, &BuildOptions::default()).unwrap();
+        merge_version(&mut crd, v);
+        let stored: Vec<(&str, bool)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.storage))
+            .collect();
+        assert_eq!(stored, [("v1-1-5", false), ("v1-1-6", true)]);
+    }
+
+    #[test]
+    fn cluster_ref_is_added_unless_the_chart_has_one() {
+        let options = BuildOptions {
+            cluster_ref: true,
+            ..Default::default()
+        };
+        let (crd, _) = build(&package(Some(json!({"type": "object"}))), &options).unwrap();
+        let root = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let spec = &root.properties.as_ref().unwrap()["spec"];
+        assert!(spec.properties.as_ref().unwrap().contains_key("clusterRef"));
+        let taken = package(Some(
+            json!({"type": "object", "properties": {"clusterRef": {"type": "string"}}}),
+        ));
+        assert_eq!(build(&taken, &options).unwrap_err().reason(), "ReservedKey");
+    }
+
+    #[test]
+    fn whole_crd_size_is_checked() {
+        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
+        assert!(check_size(&crd, 1024 * 1024).is_ok());
+        assert_eq!(check_size(&crd, 100).unwrap_err().reason(), "CrdTooLarge");
+    }
+
+    #[test]
+    fn overrides_and_invalid_version_names() {
+        let options = BuildOptions {
+            version_name: Some("V1".to_owned()),
+            ..Default::default()
+        };
+        assert_eq!(
+            build(&package(None), &options).unwrap_err().reason(),
+            "InvalidName"
+        );
+    }
+}
