@@ -359,6 +359,20 @@ mod tests {
         );
     }
 
+    /// The operator runs fetches on a multi-threaded runtime.
+    #[test]
+    fn fetch_futures_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let chart = ChartRef::new("oci://127.0.0.1:1/x");
+        assert_send(&fetch(&chart, &cache));
+        assert_send(&load_or_fetch(&chart, &cache));
+        fn assert_sync<T: Sync + Send>() {}
+        assert_sync::<Cache>();
+        assert_sync::<ChartRef>();
+    }
+
     #[test]
     fn digests_are_normalized() {
         assert_eq!(normalize_digest("ABC"), "sha256:abc");
