@@ -52,6 +52,14 @@ async fn cached_fetches_make_no_request() {
         "a cached exact version made requests"
     );
 
+    // After a restart (a new Cache on the same directory) too.
+    let restarted = Cache::new(dir.path(), 100 * 1024 * 1024, Duration::from_secs(3)).unwrap();
+    assert_eq!(
+        fetch(&repo("1.1.5"), &restarted).await.unwrap().digest,
+        first.digest
+    );
+    assert_eq!(log_lines().len(), before, "a restart lost the cache");
+
     // Range: the index read a moment ago is still fresh (one poll interval), so only the
     // chart is downloaded, once.
     let before = log_lines().len();
