@@ -369,6 +369,27 @@ async fn oci_over_tls_with_provenance_and_digest_check() {
         )
     );
 
+    // Cached: an exact version makes no request; a range reads the tag list once per poll
+    // interval and finds the chart in the cache.
+    let requests = server.count();
+    fetch(&with_ca, &cache).await.unwrap();
+    assert_eq!(server.count(), requests);
+    server.file(
+        "/v2/charts/app/tags/list",
+        r#"{"name":"charts/app","tags":["1.2.3_build.4","6.6.6","latest"]}"#,
+    );
+    let range = with_ca.clone().with_version("~1.2");
+    assert_eq!(fetch(&range, &cache).await.unwrap().digest, digest);
+    let after_range: Vec<String> = server.seen()[requests..]
+        .iter()
+        .map(|s| s.path.clone())
+        .filter(|p| p != "/v2/")
+        .collect();
+    assert_eq!(after_range, ["/v2/charts/app/tags/list?n=1000"]);
+    let requests = server.count();
+    assert_eq!(fetch(&range, &cache).await.unwrap().digest, digest);
+    assert_eq!(server.count(), requests);
+
     let (_dir2, cache2) = new_cache();
     let mut insecure = chart.clone();
     insecure.insecure_skip_verify_tls = true;

@@ -199,7 +199,8 @@ async fn fetch_from_repository(
         return Ok(hit);
     }
 
-    let http = Http::new(chart)?;
+    // The client is built only when the network is needed.
+    let mut http: Option<Http> = None;
     let listing_key = cache.key(chart, "\0index");
     let cached_listing = if spec.is_exact() {
         None
@@ -211,7 +212,7 @@ async fn fetch_from_repository(
         None => {
             let index_url = repo::index_url(base);
             let shown_index = redact_url(index_url.as_str());
-            let body = http
+            let body = client(&mut http, chart)?
                 .get(&index_url, base, limits.max_index_size, || {
                     Error::RepositoryUnreachable {
                         url: shown_index.clone(),
@@ -267,7 +268,7 @@ async fn fetch_from_repository(
         })?;
     let shown_chart = redact_url(chart_url.as_str());
     tracing::info!(url = %shown_chart, version = %entry.version, "downloading chart");
-    let body = http
+    let body = client(&mut http, chart)?
         .get(&chart_url, base, limits.max_archive_size, || {
             Error::ChartNotFound {
                 url: shown_chart.clone(),
@@ -288,6 +289,20 @@ async fn fetch_from_repository(
         entry.digest.as_deref().filter(|d| !d.trim().is_empty()),
         limits,
     )
+}
+
+/// The HTTP client in `slot`, built on first use.
+fn client<'s, 'c>(
+    slot: &'s mut Option<Http<'c>>,
+    chart: &'c ChartRef,
+) -> Result<&'s Http<'c>, Error> {
+    if slot.is_none() {
+        *slot = Some(Http::new(chart)?);
+    }
+    slot.as_ref().ok_or_else(|| Error::RepositoryUnreachable {
+        url: chart.display_url(),
+        detail: "no HTTP client".to_string(),
+    })
 }
 
 /// A URL of a `.tgz`. Its content is taken as immutable: once cached it is not downloaded

@@ -70,6 +70,16 @@ pub(crate) async fn fetch(
         return Ok(hit);
     }
 
+    // A range whose tag listing is fresh and whose pick is cached needs no registry client.
+    let listing_key = cache.key(chart, "\0tags");
+    if !spec.is_exact()
+        && let Some(tags) = cache.fresh_listing::<Vec<String>>(&listing_key)
+        && let Some(tag) = pick_tag(&tags, &spec, requested)
+        && let Some(hit) = from_cache(cache, &cache.key(chart, &tag_to_version(&tag)), limits)
+    {
+        return Ok(hit);
+    }
+
     let registry_session = Registry::new(chart, url, &registry, &repository, &location)?;
     let not_found = || Error::ChartNotFound {
         url: location.clone(),
@@ -91,7 +101,6 @@ pub(crate) async fn fetch(
     let version_not_found = || version_not_found_among(&[]);
 
     // Pick the tag: the version itself, or the best tag from the (cached) listing.
-    let listing_key = cache.key(chart, "\0tags");
     let (tag, manifest) = if spec.is_exact() {
         let tag = version_to_tag(requested);
         match registry_session.manifest(&tag).await {
