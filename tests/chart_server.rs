@@ -277,6 +277,12 @@ async fn direct_archive_urls() {
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "VersionNotFound", "{err}");
+    let junk = format!("{}/files/junk-1.0.0.tgz", server.url);
+    server.file("/files/junk-1.0.0.tgz", "<html>not a chart</html>");
+    let err = fetch(&ChartRef::new(&junk), &cache).await.unwrap_err();
+    assert_eq!(err.reason(), "InvalidChart", "{err}");
+    assert!(err.to_string().contains(&junk), "{err}");
+
     let missing = format!("{}/files/nope-1.0.0.tgz", server.url);
     let err = fetch(&ChartRef::new(&missing), &cache).await.unwrap_err();
     assert_eq!(err.reason(), "ChartNotFound", "{err}");
