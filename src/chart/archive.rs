@@ -177,7 +177,8 @@ pub(crate) fn read_archive(
             chart_relative(&raw_name).map_err(|detail| Error::invalid(chart, &shown, detail))?;
 
         let allowance = budget.allowance();
-        let declared = entry.header().size().unwrap_or(u64::MAX);
+        // The size after PAX extensions, which may exceed what the plain header can hold.
+        let declared = entry.size();
         if declared > allowance {
             budget.spend(chart, &shown, declared)?;
         }

@@ -8,10 +8,11 @@
 //!   at most once per poll interval so a range does not hit the repository on every resync.
 //!
 //! Keys are hashes of the URL, the chart name, the version and the credentials' identity: a
-//! definition without credentials never finds, through the cache, a chart that another
-//! definition downloaded with credentials. The credential part is hashed with a salt that lives
-//! only in memory, so no derivative of a password is stored on disk (cached entries made with
-//! credentials are thus not reused after a restart).
+//! definition without credentials (or with other ones) never finds, through the cache, a chart
+//! that another definition downloaded with credentials. The credential part is hashed with a
+//! random salt kept in the cache directory (`salt`, mode 0600), so the cache survives restarts
+//! and its file names say nothing about a password without the salt. The cache directory is
+//! private to the operator (mode 0700).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -70,11 +71,13 @@ impl Cache {
             let path = root.join(dir);
             std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
         }
+        private(&root, 0o700)?;
+        let salt = load_or_create_salt(&root)?;
         Ok(Cache {
             root,
             max_bytes,
             poll_interval,
-            salt: process_salt(),
+            salt,
         })
     }
 
@@ -248,13 +251,53 @@ fn touch(path: &Path) {
     }
 }
 
-/// A salt unknown outside this process.
-fn process_salt() -> [u8; 32] {
+/// Restricts a path to its owner (Unix).
+fn private(path: &Path, mode: u32) -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io(path, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = (path, mode);
+    Ok(())
+}
+
+/// The cache's salt: read from `<root>/salt`, or made and written there (first writer wins).
+fn load_or_create_salt(root: &Path) -> Result<[u8; 32], Error> {
+    let path = root.join("salt");
+    if let Ok(bytes) = std::fs::read(&path)
+        && let Ok(salt) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        return Ok(salt);
+    }
+    let salt = fresh_salt();
+    let tmp_dir = root.join("tmp");
+    let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+    tmp.write_all(&salt).map_err(|e| Error::io(tmp.path(), e))?;
+    private(tmp.path(), 0o600)?;
+    match tmp.persist_noclobber(&path) {
+        Ok(_) => Ok(salt),
+        // Another process made one meanwhile: use it.
+        Err(_) => std::fs::read(&path)
+            .map_err(|e| Error::io(&path, e))
+            .and_then(|bytes| {
+                <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| Error::Io {
+                    path: path.display().to_string(),
+                    detail: "the cache salt is not 32 bytes".to_string(),
+                })
+            }),
+    }
+}
+
+/// 32 random bytes, from the operating system's hash seeds (no extra dependency).
+fn fresh_salt() -> [u8; 32] {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = Sha256::new();
-    for _ in 0..4 {
+    for i in 0..8u64 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(now());
+        h.write_u64(i);
         hasher.update(h.finish().to_le_bytes());
     }
     hasher.update(std::process::id().to_le_bytes());
@@ -315,6 +358,27 @@ mod tests {
             for y in &all[i + 1..] {
                 assert_ne!(x, y);
             }
+        }
+    }
+
+    #[test]
+    fn keys_survive_a_restart_but_not_another_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let chart = ChartRef::new("https://example.org/charts")
+            .with_repo("a")
+            .with_basic_auth("u", "pw");
+        let first = Cache::open(dir.path()).unwrap().key(&chart, "1.0.0");
+        let again = Cache::open(dir.path()).unwrap().key(&chart, "1.0.0");
+        assert_eq!(first, again);
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = Cache::open(other_dir.path()).unwrap().key(&chart, "1.0.0");
+        assert_ne!(first, other);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(dir.path()), 0o700);
+            assert_eq!(mode(&dir.path().join("salt")), 0o600);
         }
     }
 

@@ -1,9 +1,9 @@
-//! Resolving a chart source's Secret and ConfigMap references into credentials and a CA bundle.
+//! Resolving a definition's `spec.chart` into a [`ChartRef`]: its Secret and ConfigMap
+//! references become credentials and a CA bundle.
 //!
-//! The reference types are plain data in the shape of `spec.chart` (Krateo's field names), so
-//! the API types can embed them. References to another namespace than the definition's are
-//! refused unless the operator allows them: otherwise anyone allowed to create a definition
-//! could make the operator read any Secret in the cluster.
+//! References to another namespace than the definition's are refused unless the operator
+//! allows them: otherwise anyone allowed to create a definition could make the operator read
+//! any Secret in the cluster.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Error;
 use super::reference::{ChartRef, Credentials, DockerConfig};
+use crate::api::ChartSource;
 
 /// `spec.chart.credentials`: a username with a password from a Secret key, or a whole
 /// `kubernetes.io/basic-auth` or `kubernetes.io/dockerconfigjson` Secret.
@@ -128,61 +129,62 @@ impl RefPolicy {
     }
 }
 
-/// The Secrets the references point at, as `(namespace, name)`, for RBAC.
+/// The chart reference of `source` without its Secret and ConfigMap references resolved (for
+/// public charts, or to fill in credentials given another way).
+pub fn chart_ref(source: &ChartSource) -> ChartRef {
+    ChartRef {
+        url: source.url.clone(),
+        repo: source.repo.clone(),
+        version: source.version.clone(),
+        insecure_skip_verify_tls: source.insecure_skip_verify_tls,
+        ..ChartRef::default()
+    }
+}
+
+/// The Secrets `source` reads, as `(namespace, name)`, for RBAC.
 pub fn referenced_secrets(
     policy: &RefPolicy,
-    ca_bundle_ref: Option<&CaBundleRef>,
-    credentials: Option<&ChartCredentials>,
+    source: &ChartSource,
 ) -> Result<Vec<(String, String)>, Error> {
     let mut out = Vec::new();
-    if let Some(c) = credentials {
+    if let Some(c) = &source.credentials {
         if let Some(r) = &c.password_ref {
-            out.push((
-                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-                r.name.clone(),
-            ));
+            let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+            out.push((namespace, r.name.clone()));
         }
         if let Some(r) = &c.secret_ref {
-            out.push((
-                policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-                r.name.clone(),
-            ));
+            let namespace = policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?;
+            out.push((namespace, r.name.clone()));
         }
     }
-    if let Some(r) = ca_bundle_ref
-        && r.kind != Some(CaBundleKind::ConfigMap)
-    {
-        out.push((
-            policy.namespace_for("Secret", &r.name, r.namespace.as_deref())?,
-            r.name.clone(),
-        ));
+    if let Some(r) = &source.ca_bundle_ref {
+        // A CA reference without a kind may end up reading a Secret.
+        let namespace = policy.namespace_for("ConfigMap", &r.name, r.namespace.as_deref())?;
+        if r.kind != Some(CaBundleKind::ConfigMap) {
+            out.push((namespace, r.name.clone()));
+        }
     }
     out.sort();
     out.dedup();
     Ok(out)
 }
 
-/// Reads the referenced Secrets and ConfigMaps.
+/// Builds the chart reference of `source`, reading the Secrets and ConfigMaps it points at.
+/// Every namespace is checked before anything is read.
 pub async fn resolve(
     client: &kube::Client,
     policy: &RefPolicy,
-    ca_bundle_ref: Option<&CaBundleRef>,
-    credentials: Option<&ChartCredentials>,
-) -> Result<Resolved, Error> {
-    // Check every namespace before reading anything.
-    referenced_secrets(policy, ca_bundle_ref, credentials)?;
-    if let Some(r) = ca_bundle_ref {
-        policy.namespace_for("ConfigMap", &r.name, r.namespace.as_deref())?;
-    }
-
+    source: &ChartSource,
+) -> Result<ChartRef, Error> {
+    referenced_secrets(policy, source)?;
     let mut resolved = Resolved::default();
-    if let Some(r) = ca_bundle_ref {
+    if let Some(r) = &source.ca_bundle_ref {
         resolved.ca_bundle = Some(ca_bundle(client, policy, r).await?);
     }
-    if let Some(c) = credentials {
+    if let Some(c) = &source.credentials {
         resolved.credentials = resolve_credentials(client, policy, c).await?;
     }
-    Ok(resolved)
+    Ok(resolved.apply_to(chart_ref(source)))
 }
 
 async fn resolve_credentials(
@@ -246,6 +248,8 @@ async fn resolve_credentials(
     }
 }
 
+/// The PEM bundle of a `caBundleRef`: from a ConfigMap, a Secret, or (no kind) whichever
+/// exists, ConfigMap first.
 async fn ca_bundle(
     client: &kube::Client,
     policy: &RefPolicy,
@@ -396,54 +400,38 @@ mod tests {
 
     #[test]
     fn referenced_secrets_are_listed_for_rbac() {
-        let creds = ChartCredentials {
-            username: Some("bot".into()),
-            password_ref: Some(SecretKeyRef {
-                name: "pw".into(),
-                namespace: None,
-                key: "token".into(),
-            }),
-            secret_ref: None,
-        };
-        let ca = CaBundleRef {
-            kind: Some(CaBundleKind::Secret),
-            name: "ca".into(),
-            namespace: None,
-            key: None,
-        };
+        let source: ChartSource = serde_json::from_value(serde_json::json!({
+            "url": "https://charts.example.org",
+            "repo": "app",
+            "caBundleRef": {"kind": "Secret", "name": "ca", "key": "ca.crt"},
+            "credentials": {"username": "bot", "passwordRef": {"name": "pw", "key": "token"}}
+        }))
+        .unwrap();
         assert_eq!(
-            referenced_secrets(&policy(false), Some(&ca), Some(&creds)).unwrap(),
+            referenced_secrets(&policy(false), &source).unwrap(),
             vec![
                 ("team-a".to_string(), "ca".to_string()),
                 ("team-a".to_string(), "pw".to_string())
             ]
         );
-        let foreign = ChartCredentials {
-            secret_ref: Some(SecretRef {
-                name: "regcred".into(),
-                namespace: Some("other".into()),
-            }),
-            ..Default::default()
-        };
+        let chart = chart_ref(&source);
+        assert_eq!(chart.repo(), Some("app"));
+        assert!(chart.credentials.is_none());
+
+        let foreign: ChartSource = serde_json::from_value(serde_json::json!({
+            "url": "oci://ghcr.io/x",
+            "credentials": {"secretRef": {"name": "regcred", "namespace": "other"}}
+        }))
+        .unwrap();
         assert_eq!(
-            referenced_secrets(&policy(false), None, Some(&foreign))
+            referenced_secrets(&policy(false), &foreign)
                 .unwrap_err()
                 .reason(),
             "CrossNamespaceRefDenied"
         );
-    }
-
-    #[test]
-    fn spec_shape_matches_krateo() {
-        let spec: ChartCredentials = serde_json::from_value(serde_json::json!({
-            "username": "bot",
-            "passwordRef": {"name": "helm-repo", "namespace": "demo", "key": "token"}
-        }))
-        .unwrap();
-        assert_eq!(spec.password_ref.unwrap().key, "token");
-        let ca: CaBundleRef =
-            serde_json::from_value(serde_json::json!({"name": "repo-ca", "key": "ca.crt"}))
-                .unwrap();
-        assert_eq!(ca.kind, None);
+        assert_eq!(
+            referenced_secrets(&policy(true), &foreign).unwrap(),
+            vec![("other".to_string(), "regcred".to_string())]
+        );
     }
 }

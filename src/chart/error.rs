@@ -2,7 +2,21 @@
 //!
 //! Messages name the chart's URL and version so an operator can act on them, and never contain a
 //! credential: URLs are shown without user info, and details coming from HTTP or registry
-//! libraries are scrubbed before they are stored here.
+//! libraries are scrubbed before they are stored here. What each reason reads like:
+//!
+//! | reason | message |
+//! |---|---|
+//! | `RepositoryUnreachable` | `repository http://127.0.0.1:9/index.yaml is unreachable: cannot connect: … Connection refused` |
+//! | `AuthenticationFailed` | `authentication to http://127.0.0.1:32771/index.yaml failed: HTTP 401 Unauthorized` |
+//! | `ChartNotFound` | `chart "nope" not found at oci://127.0.0.1:39747/charts/nope` |
+//! | `VersionNotFound` | `chart "fireworks-app" at http://127.0.0.1:32771 has no version matching "9.9.9" (available: 2.0.0, 1.1.6, 1.1.5)` |
+//! | `InvalidVersion` | `chart "fireworks-app" at http://127.0.0.1:32771: "latest" is not a version or version range: …` |
+//! | `DigestMismatch` | `chart http://127.0.0.1:41234/app-1.0.0.tgz version 1.0.0: digest is sha256:…, expected sha256:…` |
+//! | `ChartTooLarge` | `chart test.tgz is too large: app/values.yaml is larger than 5242880 bytes` |
+//! | `InvalidChart` | ``invalid chart test.tgz: app/../../x: paths outside the chart (`..`) are not allowed`` |
+//! | `CrossNamespaceRefDenied` | `Secret kube-system/s is in another namespace than team-a; cross-namespace references are not allowed` |
+//! | `InvalidReference` | `Secret team-a/helm-repo: has no key "token"` |
+//! | `ChartCacheFailed` | `/var/cache/compositor/tmp: Permission denied (os error 13)` |
 
 /// A chart could not be resolved, downloaded, verified or read.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +50,10 @@ pub enum Error {
     },
 
     /// The chart exists but no version matches the requested version or range.
-    #[error("chart {chart:?} at {url} has no version matching {version:?}")]
+    #[error(
+        "chart {chart:?} at {url} has no version matching {version:?}{}",
+        available_suffix(available)
+    )]
     VersionNotFound {
         /// The repository URL, without credentials.
         url: String,
@@ -44,6 +61,8 @@ pub enum Error {
         chart: String,
         /// The requested version or range (empty: the highest stable version).
         version: String,
+        /// The highest versions that exist, newest first (a few, for the message).
+        available: Vec<String>,
     },
 
     /// The requested version is neither a version nor a range compositor understands.
@@ -130,6 +149,15 @@ pub enum Error {
         /// The I/O error.
         detail: String,
     },
+}
+
+/// `" (available: 2.0.0, 1.1.6)"`, or nothing when no version is known.
+fn available_suffix(available: &[String]) -> String {
+    if available.is_empty() {
+        String::new()
+    } else {
+        format!(" (available: {})", available.join(", "))
+    }
 }
 
 impl Error {

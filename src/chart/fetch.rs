@@ -8,8 +8,11 @@ use super::cache::{Cache, CachedRef, sha256_digest};
 use super::http::Http;
 use super::reference::{ChartRef, redact_url};
 use super::repo::{self, IndexEntry};
-use super::version::{VersionSpec, parse_version};
+use super::version::{VersionSpec, highest, parse_version};
 use super::{Error, Limits, Package, oci};
+
+/// How many existing versions a `VersionNotFound` message lists.
+pub(crate) const AVAILABLE_SHOWN: usize = 5;
 
 /// A chart fetched, verified and read.
 #[derive(Clone, Debug)]
@@ -24,6 +27,33 @@ pub struct Fetched {
     pub url: String,
     /// `sha256:<hex>` of the archive.
     pub digest: String,
+}
+
+impl Fetched {
+    /// What a definition's `status.chart` reports.
+    pub fn resolved(&self) -> crate::api::ResolvedChart {
+        crate::api::ResolvedChart {
+            url: self.url.clone(),
+            version: self.version.clone(),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// Reads a local chart (a directory or `.tgz` path) or fetches a remote one (`http(s)://`,
+/// `oci://`): what `compositor crd` accepts.
+pub async fn load_or_fetch(chart: &ChartRef, cache: &Cache) -> Result<Package, Error> {
+    let remote = ["http://", "https://", "oci://"]
+        .iter()
+        .any(|scheme| chart.url.trim().to_ascii_lowercase().starts_with(scheme));
+    if remote {
+        Ok(fetch(chart, cache).await?.package)
+    } else {
+        let path = chart.url.trim();
+        Package::load(std::path::Path::new(
+            path.strip_prefix("file://").unwrap_or(path),
+        ))
+    }
 }
 
 /// Fetches a chart with the default [`Limits`].
@@ -169,7 +199,8 @@ async fn fetch_from_repository(
         return Ok(hit);
     }
 
-    let http = Http::new(chart)?;
+    // The client is built only when the network is needed.
+    let mut http: Option<Http> = None;
     let listing_key = cache.key(chart, "\0index");
     let cached_listing = if spec.is_exact() {
         None
@@ -181,7 +212,7 @@ async fn fetch_from_repository(
         None => {
             let index_url = repo::index_url(base);
             let shown_index = redact_url(index_url.as_str());
-            let body = http
+            let body = client(&mut http, chart)?
                 .get(&index_url, base, limits.max_index_size, || {
                     Error::RepositoryUnreachable {
                         url: shown_index.clone(),
@@ -205,6 +236,7 @@ async fn fetch_from_repository(
         url: shown.clone(),
         chart: name.to_string(),
         version: requested.to_string(),
+        available: highest(entries.iter().map(|e| e.version.as_str()), AVAILABLE_SHOWN),
     })?;
 
     let version_key = cache.key(chart, &entry.version);
@@ -236,7 +268,7 @@ async fn fetch_from_repository(
         })?;
     let shown_chart = redact_url(chart_url.as_str());
     tracing::info!(url = %shown_chart, version = %entry.version, "downloading chart");
-    let body = http
+    let body = client(&mut http, chart)?
         .get(&chart_url, base, limits.max_archive_size, || {
             Error::ChartNotFound {
                 url: shown_chart.clone(),
@@ -257,6 +289,20 @@ async fn fetch_from_repository(
         entry.digest.as_deref().filter(|d| !d.trim().is_empty()),
         limits,
     )
+}
+
+/// The HTTP client in `slot`, built on first use.
+fn client<'s, 'c>(
+    slot: &'s mut Option<Http<'c>>,
+    chart: &'c ChartRef,
+) -> Result<&'s Http<'c>, Error> {
+    if slot.is_none() {
+        *slot = Some(Http::new(chart)?);
+    }
+    slot.as_ref().ok_or_else(|| Error::RepositoryUnreachable {
+        url: chart.display_url(),
+        detail: "no HTTP client".to_string(),
+    })
 }
 
 /// A URL of a `.tgz`. Its content is taken as immutable: once cached it is not downloaded
@@ -298,6 +344,7 @@ async fn fetch_archive_url(
             url: shown,
             chart: package.metadata.name.clone(),
             version: chart.version().to_string(),
+            available: vec![version],
         });
     }
     store(cache, &[key], &body.bytes, &shown, &version, None, limits)
@@ -306,6 +353,40 @@ async fn fetch_archive_url(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn local_paths_are_loaded_without_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("Chart.yaml"),
+            "apiVersion: v2\nname: local\nversion: 0.0.1\n",
+        )
+        .unwrap();
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(cache_dir.path()).unwrap();
+        let chart = ChartRef::new(dir.path().join("").display().to_string());
+        let package = load_or_fetch(&chart, &cache).await.unwrap();
+        assert_eq!(package.name(), "local");
+        let missing = ChartRef::new("/nonexistent/chart");
+        assert_eq!(
+            load_or_fetch(&missing, &cache).await.unwrap_err().reason(),
+            "ChartNotFound"
+        );
+    }
+
+    /// The operator runs fetches on a multi-threaded runtime.
+    #[test]
+    fn fetch_futures_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let chart = ChartRef::new("oci://127.0.0.1:1/x");
+        assert_send(&fetch(&chart, &cache));
+        assert_send(&load_or_fetch(&chart, &cache));
+        fn assert_sync<T: Sync + Send>() {}
+        assert_sync::<Cache>();
+        assert_sync::<ChartRef>();
+    }
 
     #[test]
     fn digests_are_normalized() {

@@ -77,7 +77,7 @@ impl<'a> Http<'a> {
 
     /// GETs `url`, sending the reference's credentials only when `url` is on the same origin
     /// (scheme, host, port) as `origin` (the repository URL). Bodies above `limit` bytes are
-    /// refused with `ChartTooLarge`; `what` names the download in errors.
+    /// refused with `ChartTooLarge`; a 404 or 410 becomes `on_not_found()`.
     pub(crate) async fn get(
         &self,
         url: &Url,

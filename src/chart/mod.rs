@@ -20,7 +20,7 @@ pub mod version;
 pub use archive::Limits;
 pub use cache::{Cache, DEFAULT_MAX_BYTES, DEFAULT_POLL_INTERVAL, sha256_digest};
 pub use error::Error;
-pub use fetch::{Fetched, fetch, fetch_with_limits};
+pub use fetch::{Fetched, fetch, fetch_with_limits, load_or_fetch};
 pub use oci::CHART_LAYER_MEDIA_TYPE;
 pub use package::{ChartMetadata, ChartType, Dependency, Package, TemplateFile};
 pub use reference::{ChartRef, Credentials, DockerAuth, DockerConfig, redact_url};

@@ -13,10 +13,10 @@ use oci_client::{Client, Reference};
 use url::{Host, Url};
 
 use super::cache::{Cache, CachedRef};
-use super::fetch::{Fetched, from_cache, store, version_spec};
+use super::fetch::{AVAILABLE_SHOWN, Fetched, from_cache, store, version_spec};
 use super::http::{ensure_crypto_provider, host_port};
 use super::reference::{ChartRef, scrub};
-use super::version::{VersionSpec, tag_to_version, version_to_tag};
+use super::version::{VersionSpec, highest, tag_to_version, version_to_tag};
 use super::{Error, Limits};
 
 /// The media type of a Helm chart layer.
@@ -70,19 +70,37 @@ pub(crate) async fn fetch(
         return Ok(hit);
     }
 
+    // A range whose tag listing is fresh and whose pick is cached needs no registry client.
+    let listing_key = cache.key(chart, "\0tags");
+    if !spec.is_exact()
+        && let Some(tags) = cache.fresh_listing::<Vec<String>>(&listing_key)
+        && let Some(tag) = pick_tag(&tags, &spec, requested)
+        && let Some(hit) = from_cache(cache, &cache.key(chart, &tag_to_version(&tag)), limits)
+    {
+        return Ok(hit);
+    }
+
     let registry_session = Registry::new(chart, url, &registry, &repository, &location)?;
     let not_found = || Error::ChartNotFound {
         url: location.clone(),
         chart: name.clone(),
     };
-    let version_not_found = || Error::VersionNotFound {
+    let version_not_found_among = |tags: &[String]| Error::VersionNotFound {
         url: location.clone(),
         chart: name.clone(),
         version: requested.to_string(),
+        available: highest(
+            tags.iter()
+                .map(|t| tag_to_version(t))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+            AVAILABLE_SHOWN,
+        ),
     };
+    let version_not_found = || version_not_found_among(&[]);
 
     // Pick the tag: the version itself, or the best tag from the (cached) listing.
-    let listing_key = cache.key(chart, "\0tags");
     let (tag, manifest) = if spec.is_exact() {
         let tag = version_to_tag(requested);
         match registry_session.manifest(&tag).await {
@@ -93,7 +111,8 @@ pub(crate) async fn fetch(
                     .tags()
                     .await
                     .map_err(|f| f.into_error(&registry_session, &not_found))?;
-                let tag = pick_tag(&tags, &spec, requested).ok_or_else(version_not_found)?;
+                let tag = pick_tag(&tags, &spec, requested)
+                    .ok_or_else(|| version_not_found_among(&tags))?;
                 let found = registry_session
                     .manifest(&tag)
                     .await
@@ -114,7 +133,8 @@ pub(crate) async fn fetch(
                 tags
             }
         };
-        let tag = pick_tag(&tags, &spec, requested).ok_or_else(version_not_found)?;
+        let tag =
+            pick_tag(&tags, &spec, requested).ok_or_else(|| version_not_found_among(&tags))?;
         let version_key = cache.key(chart, &tag_to_version(&tag));
         if let Some(hit) = from_cache(cache, &version_key, limits) {
             return Ok(hit);
@@ -234,6 +254,17 @@ pub(crate) fn is_loopback(url: &Url) -> bool {
     }
 }
 
+/// Plain HTTP for a loopback registry (unless TLS settings say it speaks TLS) or when the
+/// reference allows it; HTTPS otherwise.
+fn protocol(chart: &ChartRef, url: &Url) -> ClientProtocol {
+    let tls_configured = chart.ca_bundle.is_some() || chart.insecure_skip_verify_tls;
+    if chart.allow_plain_http || (is_loopback(url) && !tls_configured) {
+        ClientProtocol::Http
+    } else {
+        ClientProtocol::Https
+    }
+}
+
 /// Why a registry call failed, before it is turned into an [`Error`].
 #[derive(Debug)]
 enum OciFailure {
@@ -346,12 +377,7 @@ impl Registry {
         location: &str,
     ) -> Result<Self, Error> {
         ensure_crypto_provider();
-        let tls_configured = chart.ca_bundle.is_some() || chart.insecure_skip_verify_tls;
-        let protocol = if chart.allow_plain_http || (is_loopback(url) && !tls_configured) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
+        let protocol = protocol(chart, url);
         let mut extra_root_certificates = Vec::new();
         if let Some(pem) = &chart.ca_bundle {
             for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
@@ -517,6 +543,26 @@ mod tests {
         ] {
             assert_eq!(is_loopback(&Url::parse(url).unwrap()), loopback, "{url}");
         }
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback_or_when_allowed() {
+        let plain = |chart: &ChartRef| {
+            matches!(
+                protocol(chart, &Url::parse(&chart.url).unwrap()),
+                ClientProtocol::Http
+            )
+        };
+        assert!(plain(&ChartRef::new("oci://127.0.0.1:5000/charts")));
+        assert!(plain(&ChartRef::new("oci://localhost:5000/charts")));
+        assert!(!plain(&ChartRef::new("oci://registry.example.org/charts")));
+        assert!(!plain(&ChartRef::new("oci://10.1.2.3:5000/charts")));
+        let mut allowed = ChartRef::new("oci://10.1.2.3:5000/charts");
+        allowed.allow_plain_http = true;
+        assert!(plain(&allowed));
+        let mut tls = ChartRef::new("oci://127.0.0.1:5000/charts");
+        tls.insecure_skip_verify_tls = true;
+        assert!(!plain(&tls));
     }
 
     #[test]

@@ -109,7 +109,13 @@ impl Package {
     /// Reads a chart from a directory or a `.tgz` file.
     pub fn load_with_limits(path: &Path, limits: Limits) -> Result<Package, Error> {
         let chart = path.display().to_string();
-        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::ChartNotFound {
+                url: chart.clone(),
+                chart: chart.clone(),
+            },
+            _ => Error::io(path, e),
+        })?;
         let mut budget = Budget::new(limits);
         if meta.is_dir() {
             let files = archive::read_dir(path, &chart, &mut budget)?;

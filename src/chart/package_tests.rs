@@ -423,3 +423,17 @@ fn numeric_looking_versions_stay_text() {
     let p = Package::from_archive(&bytes).unwrap();
     assert_eq!(p.version(), "1.10");
 }
+
+/// Scalars resolve like Helm's YAML reader (YAML 1.1 booleans included): `yes` is `true`.
+#[test]
+fn values_scalars_resolve_like_helm() {
+    let bytes = minimal(vec![Entry::File(
+        "app/values.yaml",
+        b"quoted: \"\"\nsingle: ''\nempty:\ntilde: ~\nnull_word: null\nyes_word: yes\nnum_str: \"1.0\"\n",
+    )]);
+    let p = Package::from_archive(&bytes).unwrap();
+    assert_eq!(
+        p.values,
+        json!({"quoted": "", "single": "", "empty": null, "tilde": null, "null_word": null, "yes_word": true, "num_str": "1.0"})
+    );
+}

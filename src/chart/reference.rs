@@ -94,7 +94,11 @@ impl ChartRef {
         let mut out = Vec::new();
         match &self.credentials {
             None => {}
-            Some(Credentials::Basic { password, .. }) => out.push(password.clone()),
+            Some(Credentials::Basic { username, password }) => {
+                out.push(password.clone());
+                // What a Basic Authorization header carries (base64 of it is scrubbed too).
+                out.push(format!("{username}:{password}"));
+            }
             Some(Credentials::DockerConfig(config)) => {
                 for auth in config.auths.values() {
                     out.extend(auth.password.iter().cloned());
@@ -326,6 +330,11 @@ mod tests {
         assert_eq!(
             scrub("auth aHVudGVyMjI= and hunter22", &r.secrets()),
             "auth <redacted> and <redacted>"
+        );
+        // The Authorization header's value for bob:hunter22.
+        assert_eq!(
+            scrub("echo: Basic Ym9iOmh1bnRlcjIy", &r.secrets()),
+            "echo: Basic <redacted>"
         );
     }
 }

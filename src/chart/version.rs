@@ -83,6 +83,21 @@ impl VersionSpec {
     }
 }
 
+/// The `n` highest of `versions` (those that parse), newest first, as written.
+pub fn highest<'a>(versions: impl IntoIterator<Item = &'a str>, n: usize) -> Vec<String> {
+    let mut parsed: Vec<(Version, &str)> = versions
+        .into_iter()
+        .filter_map(|v| parse_version(v).map(|p| (p, v)))
+        .collect();
+    parsed.sort_by(|a, b| b.0.cmp(&a.0));
+    parsed.dedup_by(|a, b| a.1 == b.1);
+    parsed
+        .into_iter()
+        .take(n)
+        .map(|(_, v)| v.to_string())
+        .collect()
+}
+
 /// Parses a version leniently, like Helm: a leading `v`, missing minor or patch numbers and
 /// leading zeros are accepted.
 pub fn parse_version(text: &str) -> Option<Version> {
@@ -268,6 +283,15 @@ mod tests {
         assert_eq!(pick(">=1.1.6 <2.0.0", VERSIONS), Some("1.1.6"));
         assert_eq!(pick(">=1.2.0-rc.0 <2.0.0", VERSIONS), Some("1.2.0-rc.1"));
         assert_eq!(pick("~2.1.0-beta.0", VERSIONS), Some("2.1.0-beta.1"));
+    }
+
+    #[test]
+    fn highest_versions_come_first() {
+        assert_eq!(
+            highest(VERSIONS.iter().copied(), 3),
+            ["v3.0.0", "2.1.0-beta.1", "2.0.0"]
+        );
+        assert!(highest(["junk"], 3).is_empty());
     }
 
     #[test]
