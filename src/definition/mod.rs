@@ -37,7 +37,7 @@ use crate::api::{
 use crate::bundle::{
     self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
 };
-use crate::chart::{self, Cache, ChartRef, Fetched};
+use crate::chart::{self, Cache, Fetched};
 use crate::crd::{self, BuildOptions, NameOverrides, Names};
 use crate::helm;
 use crate::runtime::{Metrics, ReconcileOutcome};
@@ -568,25 +568,13 @@ async fn fetch(
     context: &Context,
     version: Option<String>,
 ) -> Result<Fetched, Error> {
-    let source = &definition.spec.chart;
     let policy = chart::credentials::RefPolicy {
         namespace: definition.namespace().unwrap_or_default(),
         allow_cross_namespace: context.config.allow_cross_namespace_refs,
     };
-    let resolved = chart::credentials::resolve(
-        &context.client,
-        &policy,
-        source.ca_bundle_ref.as_ref(),
-        source.credentials.as_ref(),
-    )
-    .await?;
-    let reference = resolved.apply_to(ChartRef {
-        url: source.url.clone(),
-        repo: source.repo.clone(),
-        version,
-        insecure_skip_verify_tls: source.insecure_skip_verify_tls,
-        ..ChartRef::default()
-    });
+    let mut reference =
+        chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
+    reference.version = version;
     Ok(chart::fetch(&reference, &context.cache).await?)
 }
 
@@ -599,12 +587,7 @@ fn referenced_secrets(
         namespace: namespace.clone(),
         allow_cross_namespace: context.config.allow_cross_namespace_refs,
     };
-    let source = &definition.spec.chart;
-    let secrets = chart::credentials::referenced_secrets(
-        &policy,
-        source.ca_bundle_ref.as_ref(),
-        source.credentials.as_ref(),
-    )?;
+    let secrets = chart::credentials::referenced_secrets(&policy, &definition.spec.chart)?;
     Ok(secrets
         .into_iter()
         .filter(|(ns, _)| *ns == namespace)
