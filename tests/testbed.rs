@@ -25,10 +25,13 @@ fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 async fn apiserver_serves_a_custom_resource() {
     let client = support::client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // A group of its own, so the test passes on a reused test bed too.
+    let group = format!("{}.smoke.compositor.dev", support::unique("g"));
+    let crd_name = format!("widgets.{group}");
     let crd: CustomResourceDefinition = from_json(json!({
-        "metadata": {"name": "widgets.smoke.compositor.dev"},
+        "metadata": {"name": crd_name},
         "spec": {
-            "group": "smoke.compositor.dev",
+            "group": group,
             "scope": "Namespaced",
             "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
             "versions": [{
@@ -44,25 +47,17 @@ async fn apiserver_serves_a_custom_resource() {
         .expect("create CRD");
     tokio::time::timeout(
         Duration::from_secs(30),
-        await_condition(
-            crds,
-            "widgets.smoke.compositor.dev",
-            conditions::is_crd_established(),
-        ),
+        await_condition(crds, &crd_name, conditions::is_crd_established()),
     )
     .await
     .expect("CRD established in time")
     .expect("watch CRD");
 
     let namespace = support::namespace(&client, "smoke-crd").await;
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "smoke.compositor.dev",
-        "v1",
-        "Widget",
-    ));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
     let widgets: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
     let widget: DynamicObject = from_json(json!({
-        "apiVersion": "smoke.compositor.dev/v1", "kind": "Widget",
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
         "metadata": {"name": "w1"}, "spec": {"size": 3, "pruned": true}
     }));
     widgets
