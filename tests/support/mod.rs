@@ -138,3 +138,55 @@ pub fn packaged_chart(name: &str, version: &str) -> PathBuf {
     assert!(path.exists(), "test chart {} is missing", path.display());
     path
 }
+
+/// A `compositor` process, killed when dropped.
+pub struct Process {
+    child: std::process::Child,
+    /// Where its output goes.
+    pub log: PathBuf,
+}
+
+impl Process {
+    /// Starts `compositor ARGS…` with the test bed's kubeconfig, logging to a file.
+    pub fn start(args: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("{}.log", unique("compositor")));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_compositor"))
+            .args(args)
+            .env("KUBECONFIG", env("KUBECONFIG"))
+            .env("HELM_BIN", env("HELM_BIN"))
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("start compositor");
+        Process { child, log }
+    }
+
+    /// The operator, watching only `namespace`, with a chart cache of its own.
+    pub fn operator(namespace: &str) -> Self {
+        let cache = std::env::temp_dir().join(unique("chart-cache"));
+        Self::start(&[
+            "run",
+            "--namespace",
+            namespace,
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.to_str().expect("utf-8 path"),
+            "--controller-image",
+            "compositor:test",
+        ])
+    }
+
+    /// What it has logged so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,545 @@
+//! The operator against the test bed: a CompositionDefinition becomes an Established CRD and a
+//! controller bundle whose RBAC the real authorizer enforces.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use compositor::api::{CompositionDefinition, find_condition};
+
+/// A definition of a test chart from the test bed's HTTP repository, with credentials from a
+/// Secret, in a namespace of its own and a CRD group of its own.
+struct Fixture {
+    client: Client,
+    namespace: String,
+    group: String,
+    _operator: support::Process,
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Self {
+        let client = support::client().await;
+        let namespace = support::namespace(&client, prefix).await;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "repo-password"},
+            "stringData": {"password": support::env("COMPOSITOR_TEST_REPO_PASSWORD")}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        let group = format!("{namespace}.compositor.dev");
+        let operator = support::Process::operator(&namespace);
+        Fixture {
+            client,
+            namespace,
+            group,
+            _operator: operator,
+        }
+    }
+
+    fn definitions(&self) -> Api<CompositionDefinition> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    async fn apply_definition(&self, name: &str, chart: Value) {
+        let mut spec = json!({
+            "chart": {
+                "url": support::env("COMPOSITOR_TEST_REPO_URL"),
+                "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                                "passwordRef": {"name": "repo-password", "key": "password"}},
+            },
+            "names": {"group": self.group},
+        });
+        merge(&mut spec["chart"], chart);
+        let definition = json!({
+            "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+            "metadata": {"name": name}, "spec": spec,
+        });
+        self.definitions()
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&definition),
+            )
+            .await
+            .expect("apply definition");
+    }
+
+    /// Waits for condition `type_` to have `status`, returns the definition.
+    async fn wait_condition(&self, name: &str, type_: &str, status: &str) -> CompositionDefinition {
+        let api = self.definitions();
+        let mut last = None;
+        for _ in 0..240 {
+            let definition = api.get(name).await.expect("get definition");
+            let conditions = definition.status.clone().unwrap_or_default().conditions;
+            if find_condition(&conditions, type_).is_some_and(|c| c.status == status) {
+                return definition;
+            }
+            last = Some(conditions);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("{name}: {type_} never became {status}; conditions: {last:?}");
+    }
+
+    /// Whether the controller of `version` may `verb` `resource` (in `namespace`).
+    async fn can(
+        &self,
+        version: &str,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> bool {
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "spec": {
+                "user": format!("system:serviceaccount:{}:fireworksapps-{version}-controller", self.namespace),
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", self.namespace)],
+                "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                       "namespace": namespace, "name": name},
+            }
+        }))
+        .unwrap();
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("subject access review");
+        answer.status.expect("review status").allowed
+    }
+
+    fn compositions(&self, version: &str, namespace: &str) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&self.group, version, "FireworksApp"),
+            "fireworksapps",
+        );
+        Api::namespaced_with(self.client.clone(), namespace, &resource)
+    }
+}
+
+fn merge(target: &mut Value, patch: Value) {
+    if let (Some(target), Value::Object(patch)) = (target.as_object_mut(), patch) {
+        target.extend(patch);
+    }
+}
+
+#[tokio::test]
+async fn a_definition_becomes_a_crd_and_a_controller_with_exact_rbac() {
+    let fixture = Fixture::new("op-crd").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    let definition = fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let status = definition.status.expect("status");
+    let crd_status = status.crd.expect("crd status");
+    assert_eq!(
+        (crd_status.kind.as_str(), crd_status.stored_version.as_str()),
+        ("FireworksApp", "v1-1-5")
+    );
+    assert_eq!(status.chart.expect("chart").version, "1.1.5");
+
+    let crd = Api::<CustomResourceDefinition>::all(fixture.client.clone())
+        .get(&format!("fireworksapps.{}", fixture.group))
+        .await
+        .expect("CRD");
+    let version = &crd.spec.versions[0];
+    assert_eq!(
+        (version.name.as_str(), version.served, version.storage),
+        ("v1-1-5", true, true)
+    );
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.to_uppercase())
+        .collect();
+    assert_eq!(columns, ["READY", "CLUSTERS", "CHART", "AGE"]);
+
+    let deployment = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace)
+        .get("fireworksapps-v1-1-5-controller")
+        .await
+        .expect("controller deployment");
+    let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert_eq!(args[..3], ["controller", "--group", fixture.group.as_str()]);
+
+    // A composition in another namespace is where the release goes: RBAC follows it there.
+    let team = support::namespace(&fixture.client, "op-team").await;
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": "acme"}, "spec": {"git": {"repository": "acme"}}
+    }))
+    .unwrap();
+    fixture
+        .compositions("v1-1-5", &team)
+        .create(&PostParams::default(), &composition)
+        .await
+        .expect("composition");
+    // The next resync (triggered here by touching the definition) binds the release namespace.
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5", "insecureSkipVerifyTLS": false}),
+        )
+        .await;
+    let ns = Some(team.as_str());
+    let mut bound = false;
+    for _ in 0..60 {
+        if fixture
+            .can("v1-1-5", "create", "apps", "deployments", ns, None)
+            .await
+        {
+            bound = true;
+            break;
+        }
+        fixture
+            .definitions()
+            .patch(
+                "fireworksapp",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"touch": support::unique("t")}}}),
+                ),
+            )
+            .await
+            .expect("touch");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        bound,
+        "the controller may create Deployments where its compositions are"
+    );
+    for (group, resource) in [("", "configmaps"), ("", "services"), ("", "secrets")] {
+        for verb in ["get", "create", "update", "patch", "delete", "list"] {
+            assert!(
+                fixture.can("v1-1-5", verb, group, resource, ns, None).await,
+                "{verb} {resource} in {team}"
+            );
+        }
+    }
+    let resource = "fireworksapps";
+    for verb in ["get", "list", "watch", "update", "patch"] {
+        assert!(
+            fixture
+                .can("v1-1-5", verb, &fixture.group, resource, ns, None)
+                .await,
+            "{verb} {resource}"
+        );
+    }
+    assert!(
+        fixture
+            .can(
+                "v1-1-5",
+                "update",
+                &fixture.group,
+                "fireworksapps/status",
+                ns,
+                None
+            )
+            .await
+    );
+    assert!(
+        fixture
+            .can(
+                "v1-1-5",
+                "get",
+                "",
+                "secrets",
+                Some(&fixture.namespace),
+                Some("repo-password")
+            )
+            .await
+    );
+
+    // Denied: Secrets elsewhere, other kinds, RBAC itself, other definitions' resources.
+    assert!(
+        !fixture
+            .can("v1-1-5", "get", "", "secrets", Some("kube-system"), None)
+            .await
+    );
+    assert!(
+        !fixture
+            .can(
+                "v1-1-5",
+                "list",
+                "",
+                "secrets",
+                Some(&fixture.namespace),
+                None
+            )
+            .await
+    );
+    assert!(
+        !fixture
+            .can(
+                "v1-1-5",
+                "create",
+                "apps",
+                "deployments",
+                Some("default"),
+                None
+            )
+            .await
+    );
+    assert!(
+        !fixture
+            .can("v1-1-5", "create", "batch", "jobs", ns, None)
+            .await
+    );
+    assert!(
+        !fixture
+            .can(
+                "v1-1-5",
+                "create",
+                "rbac.authorization.k8s.io",
+                "clusterroles",
+                None,
+                None
+            )
+            .await
+    );
+    assert!(
+        !fixture
+            .can(
+                "v1-1-5",
+                "create",
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+                ns,
+                None
+            )
+            .await
+    );
+    assert!(
+        !fixture
+            .can("v1-1-5", "delete", "", "namespaces", None, None)
+            .await,
+        "placement does not create namespaces"
+    );
+    assert!(
+        !fixture
+            .can(
+                "v1-1-5",
+                "list",
+                "compositor.dev",
+                "compositiondefinitions",
+                None,
+                None
+            )
+            .await
+    );
+}
+
+#[tokio::test]
+async fn every_kind_the_chart_can_create_is_allowed_and_nothing_else() {
+    let fixture = Fixture::new("op-kinds").await;
+    let group = fixture.group.clone();
+    fixture
+        .apply_definition(
+            "optional",
+            json!({"repo": "optional-kind", "version": "0.1.0"}),
+        )
+        .await;
+    fixture.wait_condition("optional", "Ready", "True").await;
+    let cluster_role = Api::<ClusterRole>::all(fixture.client.clone())
+        .get(&format!(
+            "compositor:{}:optionalkinds-v0-1-0:release",
+            fixture.namespace
+        ))
+        .await
+        .expect("release role");
+    let rules = serde_json::to_value(cluster_role.rules).unwrap();
+    // NetworkPolicy is rendered only when a value enables it; its literal kind still counts.
+    assert_eq!(
+        rules,
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        ]),
+        "group {group}"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_controller_is_recreated_and_an_idle_resync_writes_nothing() {
+    let fixture = Fixture::new("op-heal").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    let before = deployments
+        .get("fireworksapps-v1-1-5-controller")
+        .await
+        .expect("deployment");
+
+    // Touching the definition makes a reconcile; with nothing changed it writes nothing.
+    let definition_before = fixture
+        .definitions()
+        .get("fireworksapp")
+        .await
+        .unwrap()
+        .resource_version();
+    fixture
+        .definitions()
+        .patch(
+            "fireworksapp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = deployments
+        .get("fireworksapps-v1-1-5-controller")
+        .await
+        .expect("deployment");
+    assert_eq!(
+        before.resource_version(),
+        after.resource_version(),
+        "an unchanged Deployment is not written"
+    );
+    let definition_after = fixture.definitions().get("fireworksapp").await.unwrap();
+    let status_writes = definition_after
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .count();
+    assert!(status_writes <= 1, "status written by one manager");
+    assert_ne!(
+        definition_before,
+        definition_after.resource_version(),
+        "the touch itself is a write"
+    );
+
+    deployments
+        .delete("fireworksapps-v1-1-5-controller", &DeleteParams::default())
+        .await
+        .expect("delete");
+    support::eventually("controller recreated", Duration::from_secs(30), || async {
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_some_and(|d| d.uid() != before.uid())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_reported_and_makes_nothing() {
+    let fixture = Fixture::new("op-auth").await;
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "wrong"}, "stringData": {"password": "not-the-password"}}),
+    )
+    .unwrap();
+    Api::<Secret>::namespaced(fixture.client.clone(), &fixture.namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    fixture
+        .apply_definition("broken", json!({"repo": "fireworks-app", "version": "1.1.5",
+            "credentials": {"username": "charts", "passwordRef": {"name": "wrong", "key": "password"}}}))
+        .await;
+    let definition = fixture
+        .wait_condition("broken", "ChartResolved", "False")
+        .await;
+    let conditions = definition.status.unwrap().conditions;
+    let condition = find_condition(&conditions, "ChartResolved").unwrap();
+    assert_eq!(condition.reason, "AuthenticationFailed");
+    assert!(
+        !condition.message.contains("not-the-password"),
+        "{}",
+        condition.message
+    );
+    let ready = find_condition(&conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "AuthenticationFailed")
+    );
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no half-made bundle"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_definition_removes_its_compositions_bundle_and_crd() {
+    let fixture = Fixture::new("op-delete").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let crd_name = format!("fireworksapps.{}", fixture.group);
+    fixture
+        .definitions()
+        .delete("fireworksapp", &DeleteParams::default())
+        .await
+        .expect("delete definition");
+    support::eventually("definition gone", Duration::from_secs(60), || async {
+        fixture
+            .definitions()
+            .get_opt("fireworksapp")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    support::eventually("CRD gone", Duration::from_secs(30), || async {
+        crds.get_opt(&crd_name)
+            .await
+            .unwrap()
+            .is_none_or(|crd| crd.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    assert!(
+        roles
+            .get_opt(&format!(
+                "compositor:{}:fireworksapps-v1-1-5",
+                fixture.namespace
+            ))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
