@@ -1,25 +1,70 @@
 #!/usr/bin/env bash
-# The demo: the local control plane, chart repository and OCI registry that compositor works with.
-# The test bed stays up afterwards (stop it with `make down`).
+# The demo: a chart becomes a Kubernetes API on the local control plane.
+# The test bed and the operator stay up afterwards (stop both with `make down`).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export TESTBED_DIR=${TESTBED_DIR:-/tmp/compositor-testbed}
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+run() { printf '\033[2m$ %s\033[0m\n' "$*"; "$@"; }
 
-step "Starting the test bed in $TESTBED_DIR"
+step "Building compositor"
+cargo build --quiet --bin compositor
+COMPOSITOR=${CARGO_TARGET_DIR:-$ROOT/target}/debug/compositor
+
+step "Starting the test bed in $TESTBED_DIR: kube-apiserver 1.20, an OCI registry, a Helm repository"
 "$ROOT/e2e/testbed.sh" up >/dev/null
 eval "$("$ROOT/e2e/testbed.sh" env)"
+kubectl() { "$KUBECTL_BIN" "$@"; }
+run kubectl get namespaces
 
-step "The control plane"
-"$KUBECTL_BIN" version -o yaml | grep -E 'gitVersion'
-"$KUBECTL_BIN" get namespaces
+step "Offline: the CRD a chart becomes (compositor crd), lossy steps on stderr"
+run "$COMPOSITOR" crd "$COMPOSITOR_TEST_CHARTS/fireworks-app-1.1.5.tgz" | sed -n '/openAPIV3Schema/,/^ *git:/p' | head -32
 
-step "Charts in the HTTP repository at $COMPOSITOR_TEST_REPO_URL (basic auth)"
-curl -fsS -u "$COMPOSITOR_TEST_REPO_USERNAME:$COMPOSITOR_TEST_REPO_PASSWORD" "$COMPOSITOR_TEST_REPO_URL/index.yaml" \
-  | grep -E '^  [a-z]|^  - .*version|^    version:' | sed 's/^/  /'
+step "Installing compositor's CRDs and starting the operator"
+run kubectl apply -f "$ROOT/crds/compositor.dev.yaml"
+if ! { [ -f "$TESTBED_DIR/pids/operator" ] && kill -0 "$(cat "$TESTBED_DIR/pids/operator")" 2>/dev/null; }; then
+  "$COMPOSITOR" run --metrics-address 127.0.0.1:0 --cache-dir "$TESTBED_DIR/chart-cache" \
+    --controller-image compositor:dev >"$TESTBED_DIR/logs/operator.log" 2>&1 &
+  echo $! >"$TESTBED_DIR/pids/operator"
+fi
 
-step "Charts in the OCI registry at $COMPOSITOR_TEST_REGISTRY (htpasswd)"
-curl -fsS -u "$COMPOSITOR_TEST_REGISTRY_USERNAME:$COMPOSITOR_TEST_REGISTRY_PASSWORD" \
-  "http://$COMPOSITOR_TEST_REGISTRY/v2/_catalog"; echo
+step "A platform team publishes fireworks-app 1.1.5 from the password-protected Helm repository"
+kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n demo create secret generic helm-repo --from-literal=token="$COMPOSITOR_TEST_REPO_PASSWORD" \
+  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+cat >"$TESTBED_DIR/fireworksapp.yaml" <<YAML
+apiVersion: compositor.dev/v1alpha1
+kind: CompositionDefinition
+metadata:
+  name: fireworksapp
+  namespace: demo
+spec:
+  chart:
+    url: $COMPOSITOR_TEST_REPO_URL
+    repo: fireworks-app
+    version: 1.1.5
+    credentials:
+      username: $COMPOSITOR_TEST_REPO_USERNAME
+      passwordRef: {name: helm-repo, key: token}
+YAML
+run kubectl apply -f "$TESTBED_DIR/fireworksapp.yaml"
+run kubectl -n demo wait compositiondefinition/fireworksapp --for=condition=Ready --timeout=120s
+run kubectl -n demo get compositiondefinitions
 
-step "Stop it with: make down"
+step "The new API"
+run kubectl get crd fireworksapps.composition.compositor.dev
+printf '  spec fields: %s\n' "$(kubectl get crd fireworksapps.composition.compositor.dev \
+  -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties}' \
+  | python3 -c 'import json,sys; print(", ".join(sorted(json.load(sys.stdin))))')"
+
+step "Its controller, with RBAC derived from the chart"
+run kubectl -n demo get deployment,serviceaccount -l compositor.dev/definition=demo.fireworksapp
+run kubectl get clusterrole -l compositor.dev/definition=demo.fireworksapp
+SA=system:serviceaccount:demo:fireworksapps-v1-1-5-controller
+for check in "list fireworksapps.composition.compositor.dev -A" "get secret/helm-repo -n demo" \
+             "get secrets -n kube-system" "create clusterroles"; do
+  # shellcheck disable=SC2086
+  printf '  can the controller %-48s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
+done
+
+step "Done. Operator log: $TESTBED_DIR/logs/operator.log. Stop everything with: make down"
