@@ -29,6 +29,7 @@ struct Fixture {
 impl Fixture {
     async fn new(prefix: &str) -> Self {
         let client = support::client().await;
+        install_crds(&client).await;
         let namespace = support::namespace(&client, prefix).await;
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": "repo-password"},
@@ -93,7 +94,7 @@ impl Fixture {
         panic!("{name}: {type_} never became {status}; conditions: {last:?}");
     }
 
-    /// Whether the controller of `version` may `verb` `resource` (in `namespace`).
+    /// Whether the fireworks-app controller of `version` may `verb` `resource` (in `namespace`).
     async fn can(
         &self,
         version: &str,
@@ -103,9 +104,24 @@ impl Fixture {
         namespace: Option<&str>,
         name: Option<&str>,
     ) -> bool {
+        let controller = format!("fireworksapps-{version}-controller");
+        self.controller_can(&controller, verb, group, resource, namespace, name)
+            .await
+    }
+
+    /// Whether ServiceAccount `controller` may `verb` `resource` (in `namespace`).
+    async fn controller_can(
+        &self,
+        controller: &str,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> bool {
         let review: SubjectAccessReview = serde_json::from_value(json!({
             "spec": {
-                "user": format!("system:serviceaccount:{}:fireworksapps-{version}-controller", self.namespace),
+                "user": format!("system:serviceaccount:{}:{controller}", self.namespace),
                 "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", self.namespace)],
                 "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
                                        "namespace": namespace, "name": name},
@@ -126,6 +142,37 @@ impl Fixture {
         );
         Api::namespaced_with(self.client.clone(), namespace, &resource)
     }
+}
+
+/// Installs compositor's own CRDs (what the Helm chart does in a real cluster).
+async fn install_crds(client: &Client) {
+    use compositor::api::CompositionDefinition;
+    use kube::CustomResourceExt;
+    let crd = CompositionDefinition::crd();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("install CRDs");
+    support::eventually(
+        "compositor CRDs established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds
+                .get(&CompositionDefinition::crd_name())
+                .await
+                .expect("CRD");
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        },
+    )
+    .await;
 }
 
 fn merge(target: &mut Value, patch: Value) {
@@ -541,5 +588,296 @@ async fn deleting_a_definition_removes_its_compositions_bundle_and_crd() {
             .await
             .unwrap()
             .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_paused_definition_is_left_alone_even_when_deleted() {
+    let fixture = Fixture::new("op-pause").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let pause =
+        |value: &str| json!({"metadata": {"annotations": {"compositor.dev/paused": value}}});
+    fixture
+        .definitions()
+        .patch(
+            "fireworksapp",
+            &PatchParams::default(),
+            &Patch::Merge(pause("true")),
+        )
+        .await
+        .unwrap();
+    let definition = fixture
+        .wait_condition("fireworksapp", "Ready", "False")
+        .await;
+    let conditions = definition.status.unwrap().conditions;
+    assert_eq!(
+        find_condition(&conditions, "Ready").unwrap().reason,
+        "Paused"
+    );
+
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    deployments
+        .delete("fireworksapps-v1-1-5-controller", &DeleteParams::default())
+        .await
+        .unwrap();
+    fixture
+        .definitions()
+        .delete("fireworksapp", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing recreated while paused"
+    );
+    assert!(
+        fixture
+            .definitions()
+            .get_opt("fireworksapp")
+            .await
+            .unwrap()
+            .is_some(),
+        "deletion waits while paused"
+    );
+
+    fixture
+        .definitions()
+        .patch(
+            "fireworksapp",
+            &PatchParams::default(),
+            &Patch::Merge(pause("false")),
+        )
+        .await
+        .unwrap();
+    support::eventually("deleted once resumed", Duration::from_secs(60), || async {
+        fixture
+            .definitions()
+            .get_opt("fireworksapp")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_definitions_of_one_chart_get_isolated_rbac_and_may_not_serve_the_same_version() {
+    let first = Fixture::new("op-iso-a").await;
+    let second = Fixture::new("op-iso-b").await;
+    for fixture in [&first, &second] {
+        fixture
+            .apply_definition(
+                "fireworksapp",
+                json!({"repo": "fireworks-app", "version": "1.1.5"}),
+            )
+            .await;
+        fixture
+            .wait_condition("fireworksapp", "Ready", "True")
+            .await;
+    }
+    assert!(
+        first
+            .can("v1-1-5", "list", &first.group, "fireworksapps", None, None)
+            .await
+    );
+    assert!(
+        !first
+            .can("v1-1-5", "list", &second.group, "fireworksapps", None, None)
+            .await,
+        "another definition's resource"
+    );
+    assert!(
+        !second
+            .can(
+                "v1-1-5",
+                "get",
+                "",
+                "secrets",
+                Some(&first.namespace),
+                Some("repo-password")
+            )
+            .await
+    );
+
+    // The second namespace asks for the first one's CRD and version.
+    let definition = json!({
+        "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+        "metadata": {"name": "copycat"},
+        "spec": {"chart": {"url": support::env("COMPOSITOR_TEST_REPO_URL"), "repo": "fireworks-app", "version": "1.1.5",
+                           "credentials": {"username": "charts", "passwordRef": {"name": "repo-password", "key": "password"}}},
+                 "names": {"group": first.group}},
+    });
+    second
+        .definitions()
+        .patch(
+            "copycat",
+            &PatchParams::apply("test"),
+            &Patch::Apply(&definition),
+        )
+        .await
+        .unwrap();
+    let copycat = second.wait_condition("copycat", "CRDReady", "False").await;
+    let conditions = copycat.status.unwrap().conditions;
+    assert_eq!(
+        find_condition(&conditions, "CRDReady").unwrap().reason,
+        "CRDOwnedByAnotherDefinition"
+    );
+    let deployments = Api::<Deployment>::namespaced(second.client.clone(), &second.namespace);
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_some(),
+        "its own, earlier one"
+    );
+    assert_eq!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1,
+        "no bundle for the copy"
+    );
+}
+
+#[tokio::test]
+async fn charts_come_from_the_oci_registry_and_from_archive_urls() {
+    let fixture = Fixture::new("op-sources").await;
+    let basic_auth: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry"}, "type": "kubernetes.io/basic-auth",
+        "stringData": {"username": support::env("COMPOSITOR_TEST_REGISTRY_USERNAME"),
+                       "password": support::env("COMPOSITOR_TEST_REGISTRY_PASSWORD")}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(fixture.client.clone(), &fixture.namespace)
+        .create(&PostParams::default(), &basic_auth)
+        .await
+        .unwrap();
+    fixture
+        .apply_definition(
+            "from-oci",
+            json!({
+                "url": format!("oci://{}/charts", support::env("COMPOSITOR_TEST_REGISTRY")),
+                "repo": "tenant-addon", "version": "0.1.0",
+                "credentials": {"secretRef": {"name": "registry"}},
+            }),
+        )
+        .await;
+    let from_oci = fixture.wait_condition("from-oci", "Ready", "True").await;
+    assert!(
+        from_oci
+            .status
+            .unwrap()
+            .chart
+            .unwrap()
+            .digest
+            .starts_with("sha256:")
+    );
+    assert!(
+        fixture
+            .controller_can(
+                "tenantaddons-v0-1-0-controller",
+                "get",
+                "",
+                "secrets",
+                Some(&fixture.namespace),
+                Some("registry")
+            )
+            .await
+    );
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let cluster_rules = roles
+        .get(&format!(
+            "compositor:{}:tenantaddons-v0-1-0",
+            fixture.namespace
+        ))
+        .await
+        .unwrap()
+        .rules
+        .unwrap();
+    assert!(
+        cluster_rules.iter().any(|r| r
+            .resources
+            .as_ref()
+            .unwrap()
+            .contains(&"clusterroles".to_string())),
+        "tenant-addon creates a ClusterRole: {cluster_rules:?}"
+    );
+
+    fixture
+        .apply_definition(
+            "from-archive",
+            json!({"url": format!("{}/plain-0.1.0.tgz", support::env("COMPOSITOR_TEST_REPO_URL"))}),
+        )
+        .await;
+    let from_archive = fixture
+        .wait_condition("from-archive", "Ready", "True")
+        .await;
+    assert_eq!(from_archive.status.unwrap().crd.unwrap().kind, "Plain");
+}
+
+#[tokio::test]
+async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() {
+    let fixture = Fixture::new("op-bad").await;
+    let cases = [
+        (
+            "unreachable",
+            json!({"url": "http://127.0.0.1:9", "repo": "fireworks-app", "version": "1.1.5"}),
+            "RepositoryUnreachable",
+        ),
+        (
+            "no-such-version",
+            json!({"repo": "fireworks-app", "version": "9.9.9"}),
+            "VersionNotFound",
+        ),
+        (
+            "no-such-chart",
+            json!({"repo": "no-such-chart", "version": "1.0.0"}),
+            "ChartNotFound",
+        ),
+        (
+            "not-a-version",
+            json!({"repo": "fireworks-app", "version": "latest!"}),
+            "InvalidVersion",
+        ),
+    ];
+    for (name, chart, _) in &cases {
+        fixture.apply_definition(name, chart.clone()).await;
+    }
+    for (name, _, reason) in &cases {
+        let definition = fixture.wait_condition(name, "ChartResolved", "False").await;
+        let conditions = definition.status.unwrap().conditions;
+        let condition = find_condition(&conditions, "ChartResolved").unwrap();
+        assert_eq!(&condition.reason, reason, "{name}: {}", condition.message);
+        assert!(
+            condition.message.contains("fireworks-app") || condition.message.contains("127.0.0.1"),
+            "{name}: {}",
+            condition.message
+        );
+    }
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no bundle for a broken definition"
     );
 }

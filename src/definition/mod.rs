@@ -626,6 +626,8 @@ fn build_options(definition: &CompositionDefinition) -> BuildOptions {
         convert: crate::schema::ConvertOptions {
             apply_defaults: definition.spec.schema.apply_defaults,
         },
+        // Remote placements let a composition name its cluster.
+        cluster_ref: definition.spec.placement.clusters != crate::api::ClusterPlacement::Local,
         ..BuildOptions::default()
     }
 }
