@@ -162,7 +162,7 @@ async fn install_crds(client: &Client) {
         Duration::from_secs(30),
         || async {
             let crd = crds
-                .get(&CompositionDefinition::crd_name())
+                .get(CompositionDefinition::crd_name())
                 .await
                 .expect("CRD");
             crd.status
