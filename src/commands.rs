@@ -160,7 +160,7 @@ pub struct RunArgs {
     #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
     pub allow_cross_namespace_refs: bool,
     /// Seconds between full resyncs of a definition.
-    #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 600)]
+    #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 120)]
     pub resync_seconds: u64,
     /// Seconds a chart repository's version list is trusted (version ranges re-resolve after it).
     #[arg(long, env = "COMPOSITOR_CHART_POLL_SECONDS", default_value_t = 300)]

@@ -78,6 +78,15 @@ impl Fixture {
             .expect("apply definition");
     }
 
+    /// Makes the operator reconcile the definition now rather than at its next resync.
+    async fn touch(&self, name: &str) {
+        let touch = json!({"metadata": {"annotations": {"test/touch": support::unique("t")}}});
+        self.definitions()
+            .patch(name, &PatchParams::default(), &Patch::Merge(touch))
+            .await
+            .expect("touch");
+    }
+
     /// Waits for condition `type_` to have `status`, returns the definition.
     async fn wait_condition(&self, name: &str, type_: &str, status: &str) -> CompositionDefinition {
         let api = self.definitions();
@@ -879,5 +888,108 @@ async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() 
             .items
             .is_empty(),
         "no bundle for a broken definition"
+    );
+}
+
+#[tokio::test]
+async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_once_unused() {
+    let fixture = Fixture::new("op-upgrade").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let team = support::namespace(&fixture.client, "op-upgrade-team").await;
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": "acme", "labels": {"compositor.dev/version": "v1-1-5"}},
+        "spec": {"git": {"repository": "acme"}}
+    }))
+    .unwrap();
+    let compositions = fixture.compositions("v1-1-5", &team);
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .expect("composition");
+
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.6"}),
+        )
+        .await;
+    support::eventually(
+        "v1-1-6 stored and ready",
+        Duration::from_secs(60),
+        || async {
+            let definition = fixture.definitions().get("fireworksapp").await.unwrap();
+            let status = definition.status.unwrap_or_default();
+            status.crd.is_some_and(|crd| crd.stored_version == "v1-1-6")
+                && find_condition(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
+        },
+    )
+    .await;
+    let crd = Api::<CustomResourceDefinition>::all(fixture.client.clone())
+        .get(&format!("fireworksapps.{}", fixture.group))
+        .await
+        .unwrap();
+    let versions: Vec<_> = crd
+        .spec
+        .versions
+        .iter()
+        .map(|v| (v.name.as_str(), v.served, v.storage))
+        .collect();
+    assert_eq!(versions, [("v1-1-5", true, false), ("v1-1-6", true, true)]);
+    let status = fixture
+        .definitions()
+        .get("fireworksapp")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let in_use: Vec<_> = status
+        .versions
+        .iter()
+        .map(|v| (v.version.as_str(), v.chart_version.as_str(), v.compositions))
+        .collect();
+    assert_eq!(in_use, [("v1-1-6", "1.1.6", 0), ("v1-1-5", "1.1.5", 1)]);
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    for name in [
+        "fireworksapps-v1-1-5-controller",
+        "fireworksapps-v1-1-6-controller",
+    ] {
+        assert!(
+            deployments.get_opt(name).await.unwrap().is_some(),
+            "{name} runs while its version is used"
+        );
+    }
+
+    // Once no composition uses v1-1-5, its controller and RBAC go.
+    compositions
+        .delete("acme", &DeleteParams::default())
+        .await
+        .unwrap();
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let old_role = format!("compositor:{}:fireworksapps-v1-1-5", fixture.namespace);
+    support::eventually("old bundle collected", Duration::from_secs(60), || async {
+        fixture.touch("fireworksapp").await;
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_none()
+            && roles.get_opt(&old_role).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-6-controller")
+            .await
+            .unwrap()
+            .is_some()
     );
 }

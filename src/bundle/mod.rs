@@ -66,8 +66,10 @@ pub struct Bundle {
     pub release_role: ClusterRole,
     /// Binds `release_role` in every namespace that holds a release of this version.
     pub release_bindings: Vec<RoleBinding>,
-    /// `get` on the credential Secrets the chart reference uses, if any.
-    pub secrets_role: Option<(Role, RoleBinding)>,
+    /// `get` on the definition and on the credential Secrets the chart reference uses.
+    pub definition_role: Role,
+    /// Binds `definition_role` to the ServiceAccount.
+    pub definition_role_binding: RoleBinding,
 }
 
 /// The kinds a bundle is made of, for listing and deleting by label.
@@ -211,18 +213,15 @@ impl Controller {
                 subjects: subjects.clone(),
             })
             .collect();
-        let secrets_role = self.permissions.secret_rules().map(|rules| {
-            let role = Role {
-                metadata: owned.clone(),
-                rules: Some(rules),
-            };
-            let binding = RoleBinding {
-                metadata: owned.clone(),
-                role_ref: role_ref("Role", &self.name()),
-                subjects: subjects.clone(),
-            };
-            (role, binding)
-        });
+        let definition_role = Role {
+            metadata: owned.clone(),
+            rules: Some(self.permissions.definition_rules(&definition.name_any())),
+        };
+        let definition_role_binding = RoleBinding {
+            metadata: owned.clone(),
+            role_ref: role_ref("Role", &self.name()),
+            subjects: subjects.clone(),
+        };
 
         Ok(Bundle {
             service_account: ServiceAccount {
@@ -234,7 +233,8 @@ impl Controller {
             cluster_role_binding,
             release_role,
             release_bindings,
-            secrets_role,
+            definition_role,
+            definition_role_binding,
         })
     }
 
@@ -316,9 +316,10 @@ impl Bundle {
         for binding in &self.release_bindings {
             objects.push(dynamic(binding)?);
         }
-        if let Some((role, binding)) = &self.secrets_role {
-            objects.extend([dynamic(role)?, dynamic(binding)?]);
-        }
+        objects.extend([
+            dynamic(&self.definition_role)?,
+            dynamic(&self.definition_role_binding)?,
+        ]);
         objects.push(dynamic(&self.deployment)?);
         Ok(objects)
     }

@@ -85,17 +85,29 @@ impl Permissions {
         kind_rules(kinds.into_iter())
     }
 
-    /// `get` on the credential Secrets, when there are any.
-    pub fn secret_rules(&self) -> Option<Vec<PolicyRule>> {
-        (!self.secrets.is_empty()).then(|| {
-            vec![PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["secrets".into()]),
-                resource_names: Some(self.secrets.iter().cloned().collect()),
-                verbs: vec!["get".into()],
-                ..PolicyRule::default()
-            }]
-        })
+    /// Rules in the definition's namespace: `get` on the definition itself (the controller reads
+    /// its chart source there) and on the credential Secrets it uses, by name.
+    pub fn definition_rules(&self, definition: &str) -> Vec<PolicyRule> {
+        let get_named = |group: &str, resource: &str, names: Vec<String>| PolicyRule {
+            api_groups: Some(vec![group.to_string()]),
+            resources: Some(vec![resource.to_string()]),
+            resource_names: Some(names),
+            verbs: vec!["get".into()],
+            ..PolicyRule::default()
+        };
+        let mut rules = vec![get_named(
+            crate::api::GROUP,
+            "compositiondefinitions",
+            vec![definition.to_string()],
+        )];
+        if !self.secrets.is_empty() {
+            rules.push(get_named(
+                "",
+                "secrets",
+                self.secrets.iter().cloned().collect(),
+            ));
+        }
+        rules
     }
 }
 

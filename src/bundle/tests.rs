@@ -142,10 +142,14 @@ fn rules_are_exactly_what_helm_needs() {
              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
         ])
     );
-    let secrets = serde_json::to_value(controller.permissions.secret_rules()).unwrap();
+    let definition =
+        serde_json::to_value(controller.permissions.definition_rules("fireworksapp")).unwrap();
     assert_eq!(
-        secrets,
-        json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-password"], "verbs": ["get"]}])
+        definition,
+        json!([
+            {"apiGroups": ["compositor.dev"], "resources": ["compositiondefinitions"], "resourceNames": ["fireworksapp"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-password"], "verbs": ["get"]},
+        ])
     );
 }
 
