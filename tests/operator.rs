@@ -993,3 +993,180 @@ async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_o
             .is_some()
     );
 }
+
+/// Packages a chart written by the test into the test bed's repository directory; returns its URL.
+fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
+    let source = tempfile::tempdir().unwrap();
+    let chart = source.path().join(name);
+    for (path, content) in files {
+        let file = chart.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+    let repo = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo");
+    support::Helm::new().ok(
+        &[
+            "package",
+            chart.to_str().unwrap(),
+            "-d",
+            repo.to_str().unwrap(),
+        ],
+        None,
+    );
+    format!(
+        "{}/{name}-0.1.0.tgz",
+        support::env("COMPOSITOR_TEST_REPO_URL")
+    )
+}
+
+#[tokio::test]
+async fn charts_that_cannot_become_an_api_are_refused_with_a_reason() {
+    let fixture = Fixture::new("op-refuse").await;
+    let suffix = support::unique("c");
+    let empty = publish_chart(
+        &format!("empty-{suffix}"),
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: empty-{suffix}\nversion: 0.1.0\n"),
+            ),
+            ("values.yaml", "a: 1\n"),
+            ("templates/_helpers.tpl", "{{- define \"x\" }}x{{ end }}\n"),
+        ],
+    );
+    let clash = publish_chart(
+        &format!("clash-{suffix}"),
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: clash-{suffix}\nversion: 0.1.0\n"),
+            ),
+            (
+                "values.schema.json",
+                r#"{"type": "object", "properties": {"clusterRef": {"type": "string"}}}"#,
+            ),
+            (
+                "templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\n",
+            ),
+        ],
+    );
+    fixture
+        .apply_definition("empty", json!({"url": empty}))
+        .await;
+    let definitions = fixture.definitions();
+    let clash_definition = json!({
+        "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition", "metadata": {"name": "clash"},
+        "spec": {"chart": {"url": clash, "credentials": {"username": "charts", "passwordRef": {"name": "repo-password", "key": "password"}}},
+                 "names": {"group": fixture.group}, "placement": {"clusters": "AllClusters"}},
+    });
+    definitions
+        .patch(
+            "clash",
+            &PatchParams::apply("test"),
+            &Patch::Apply(&clash_definition),
+        )
+        .await
+        .unwrap();
+
+    let empty = fixture
+        .wait_condition("empty", "ChartResolved", "False")
+        .await;
+    let condition = find_condition(&empty.status.as_ref().unwrap().conditions, "ChartResolved")
+        .unwrap()
+        .clone();
+    assert_eq!(condition.reason, "InvalidChart", "{}", condition.message);
+    assert!(
+        condition.message.contains("no templates"),
+        "{}",
+        condition.message
+    );
+    let clash = fixture.wait_condition("clash", "CRDReady", "False").await;
+    let condition = find_condition(&clash.status.as_ref().unwrap().conditions, "CRDReady")
+        .unwrap()
+        .clone();
+    assert_eq!(condition.reason, "ReservedKey", "{}", condition.message);
+    assert!(
+        condition.message.contains("clusterRef"),
+        "{}",
+        condition.message
+    );
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no half-made bundle"
+    );
+}
+
+#[tokio::test]
+async fn orphan_deletion_keeps_compositions_and_the_crd() {
+    let fixture = Fixture::new("op-orphan").await;
+    fixture
+        .apply_definition(
+            "fireworksapp",
+            json!({"repo": "fireworks-app", "version": "1.1.5"}),
+        )
+        .await;
+    fixture
+        .definitions()
+        .patch(
+            "fireworksapp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}})),
+        )
+        .await
+        .unwrap();
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": "kept"}, "spec": {"git": {"repository": "kept"}}
+    }))
+    .unwrap();
+    let compositions = fixture.compositions("v1-1-5", &fixture.namespace);
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .unwrap();
+    fixture
+        .definitions()
+        .delete("fireworksapp", &DeleteParams::default())
+        .await
+        .unwrap();
+    support::eventually("definition gone", Duration::from_secs(60), || async {
+        fixture
+            .definitions()
+            .get_opt("fireworksapp")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(
+        compositions.get_opt("kept").await.unwrap().is_some(),
+        "the composition stays"
+    );
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    assert!(
+        crds.get_opt(&format!("fireworksapps.{}", fixture.group))
+            .await
+            .unwrap()
+            .is_some(),
+        "the CRD stays"
+    );
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_none(),
+        "the controller goes"
+    );
+}

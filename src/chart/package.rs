@@ -155,6 +155,18 @@ impl Package {
         &self.metadata.version
     }
 
+    /// Whether installing the chart can create anything: an application chart with at least one
+    /// manifest template (not a `_helper`, not `NOTES.txt`) here or in a subchart.
+    pub fn renders_objects(&self) -> bool {
+        let manifest = |t: &TemplateFile| {
+            let file = t.path.rsplit('/').next().unwrap_or_default();
+            !file.starts_with('_') && file != "NOTES.txt"
+        };
+        self.metadata.chart_type == ChartType::Application
+            && (self.templates.iter().any(manifest)
+                || self.subcharts.iter().any(Package::renders_objects))
+    }
+
     /// This chart's templates and those of every subchart, recursively, with paths relative to
     /// this chart's root (e.g. `charts/redis/templates/service.yaml`).
     pub fn all_templates(&self) -> Vec<TemplateFile> {

@@ -380,6 +380,15 @@ async fn converge(
     let generation = definition.metadata.generation;
     let spec = &definition.spec;
     let fetched = fetch(definition, context, spec.chart.version.clone()).await?;
+    if !fetched.package.renders_objects() {
+        return Err(Error::Chart(chart::Error::InvalidChart {
+            chart: format!("{} {}", fetched.url, fetched.version),
+            file: "templates/".to_string(),
+            detail:
+                "the chart has no templates that create objects, so there is nothing to install"
+                    .to_string(),
+        }));
+    }
     status.chart = Some(ResolvedChart {
         url: fetched.url.clone(),
         version: fetched.version.clone(),
