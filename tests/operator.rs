@@ -78,6 +78,22 @@ impl Fixture {
             .expect("apply definition");
     }
 
+    /// Applies definition `fireworksapp` of chart fireworks-app `version`.
+    async fn apply_fireworksapp(&self, version: &str) {
+        let chart = json!({"repo": "fireworks-app", "version": version});
+        self.apply_definition("fireworksapp", chart).await;
+    }
+
+    /// Asserts that no controller Deployment exists in the definition's namespace.
+    async fn assert_no_bundle(&self) {
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), &self.namespace);
+        let listed = deployments
+            .list(&ListParams::default())
+            .await
+            .expect("list deployments");
+        assert!(listed.items.is_empty(), "no half-made bundle");
+    }
+
     /// Makes the operator reconcile the definition now rather than at its next resync.
     async fn touch(&self, name: &str) {
         let touch = json!({"metadata": {"annotations": {"test/touch": support::unique("t")}}});
@@ -193,12 +209,7 @@ fn merge(target: &mut Value, patch: Value) {
 #[tokio::test]
 async fn a_definition_becomes_a_crd_and_a_controller_with_exact_rbac() {
     let fixture = Fixture::new("op-crd").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     let definition = fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
@@ -439,12 +450,7 @@ async fn every_kind_the_chart_can_create_is_allowed_and_nothing_else() {
 #[tokio::test]
 async fn a_deleted_controller_is_recreated_and_an_idle_resync_writes_nothing() {
     let fixture = Fixture::new("op-heal").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
@@ -540,27 +546,13 @@ async fn a_wrong_password_is_reported_and_makes_nothing() {
         (ready.status.as_str(), ready.reason.as_str()),
         ("False", "AuthenticationFailed")
     );
-    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
-    assert!(
-        deployments
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty(),
-        "no half-made bundle"
-    );
+    fixture.assert_no_bundle().await;
 }
 
 #[tokio::test]
 async fn deleting_a_definition_removes_its_compositions_bundle_and_crd() {
     let fixture = Fixture::new("op-delete").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
@@ -603,12 +595,7 @@ async fn deleting_a_definition_removes_its_compositions_bundle_and_crd() {
 #[tokio::test]
 async fn a_paused_definition_is_left_alone_even_when_deleted() {
     let fixture = Fixture::new("op-pause").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
@@ -894,12 +881,7 @@ async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() 
 #[tokio::test]
 async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_once_unused() {
     let fixture = Fixture::new("op-upgrade").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
@@ -916,12 +898,7 @@ async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_o
         .await
         .expect("composition");
 
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.6"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.6").await;
     support::eventually(
         "v1-1-6 stored and ready",
         Duration::from_secs(60),
@@ -1091,27 +1068,13 @@ async fn charts_that_cannot_become_an_api_are_refused_with_a_reason() {
         "{}",
         condition.message
     );
-    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
-    assert!(
-        deployments
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty(),
-        "no half-made bundle"
-    );
+    fixture.assert_no_bundle().await;
 }
 
 #[tokio::test]
 async fn orphan_deletion_keeps_compositions_and_the_crd() {
     let fixture = Fixture::new("op-orphan").await;
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5"}),
-        )
-        .await;
+    fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .definitions()
         .patch(
