@@ -94,15 +94,6 @@ impl Fixture {
         assert!(listed.items.is_empty(), "no half-made bundle");
     }
 
-    /// Makes the operator reconcile the definition now rather than at its next resync.
-    async fn touch(&self, name: &str) {
-        let touch = json!({"metadata": {"annotations": {"test/touch": support::unique("t")}}});
-        self.definitions()
-            .patch(name, &PatchParams::default(), &Patch::Merge(touch))
-            .await
-            .expect("touch");
-    }
-
     /// Waits for condition `type_` to have `status`, returns the definition.
     async fn wait_condition(&self, name: &str, type_: &str, status: &str) -> CompositionDefinition {
         let api = self.definitions();
@@ -260,40 +251,18 @@ async fn a_definition_becomes_a_crd_and_a_controller_with_exact_rbac() {
         .create(&PostParams::default(), &composition)
         .await
         .expect("composition");
-    // The next resync (triggered here by touching the definition) binds the release namespace.
-    fixture
-        .apply_definition(
-            "fireworksapp",
-            json!({"repo": "fireworks-app", "version": "1.1.5", "insecureSkipVerifyTLS": false}),
-        )
-        .await;
+    // The operator sees the new composition and binds the release namespace, no resync needed.
     let ns = Some(team.as_str());
-    let mut bound = false;
-    for _ in 0..60 {
-        if fixture
-            .can("v1-1-5", "create", "apps", "deployments", ns, None)
-            .await
-        {
-            bound = true;
-            break;
-        }
-        fixture
-            .definitions()
-            .patch(
-                "fireworksapp",
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"annotations": {"touch": support::unique("t")}}}),
-                ),
-            )
-            .await
-            .expect("touch");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert!(
-        bound,
-        "the controller may create Deployments where its compositions are"
-    );
+    support::eventually(
+        "the controller may create Deployments where its compositions are",
+        Duration::from_secs(30),
+        || async {
+            fixture
+                .can("v1-1-5", "create", "apps", "deployments", ns, None)
+                .await
+        },
+    )
+    .await;
     for (group, resource) in [("", "configmaps"), ("", "services"), ("", "secrets")] {
         for verb in ["get", "create", "update", "patch", "delete", "list"] {
             assert!(
@@ -953,7 +922,6 @@ async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_o
     let roles = Api::<ClusterRole>::all(fixture.client.clone());
     let old_role = format!("compositor:{}:fireworksapps-v1-1-5", fixture.namespace);
     support::eventually("old bundle collected", Duration::from_secs(60), || async {
-        fixture.touch("fireworksapp").await;
         deployments
             .get_opt("fireworksapps-v1-1-5-controller")
             .await

@@ -8,6 +8,7 @@
 mod crds;
 mod objects;
 mod permissions;
+mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -142,6 +143,14 @@ pub struct Context {
     metrics: Arc<Metrics>,
     /// Chart kinds by chart digest: a chart's content never changes under its digest.
     kinds: Mutex<BTreeMap<String, permissions::ChartKinds>>,
+    /// Definitions to reconcile because their compositions changed.
+    triggers: tokio::sync::mpsc::UnboundedSender<ObjectRef<CompositionDefinition>>,
+    /// The receiving end of `triggers`, taken by [`run`].
+    trigger_receiver: std::sync::Mutex<
+        Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
+    >,
+    /// (CRD, definition) pairs whose compositions are watched.
+    watched: std::sync::Mutex<BTreeSet<(String, String)>>,
 }
 
 impl Context {
@@ -157,6 +166,7 @@ impl Context {
             controller: "compositor".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let (triggers, trigger_receiver) = tokio::sync::mpsc::unbounded_channel();
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -165,6 +175,9 @@ impl Context {
             cache,
             metrics,
             kinds: Mutex::default(),
+            triggers,
+            trigger_receiver: std::sync::Mutex::new(Some(trigger_receiver)),
+            watched: std::sync::Mutex::default(),
         }
     }
 }
@@ -186,7 +199,15 @@ pub async fn run(
             let (namespace, name) = owner.split_once('/')?;
             Some(ObjectRef::<CompositionDefinition>::new(name).within(namespace))
         };
+    let triggers = context
+        .trigger_receiver
+        .lock()
+        .ok()
+        .and_then(|mut receiver| receiver.take())
+        .map(tokio_stream_of)
+        .unwrap_or_else(|| futures::stream::empty().boxed());
     Controller::new(definitions, watcher::Config::default())
+        .reconcile_on(triggers)
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
         .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
         .owns(Api::<Role>::all(client.clone()), owned.clone())
@@ -221,6 +242,12 @@ pub async fn run(
             }
         })
         .await;
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> futures::stream::BoxStream<'static, T> {
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)).boxed()
 }
 
 #[tracing::instrument(skip(definition, context), fields(definition = %definition.name_any()))]
@@ -433,6 +460,29 @@ async fn converge(
         &names.crd_name(),
         generation,
     );
+
+    let key = (
+        names.crd_name(),
+        format!(
+            "{}/{}",
+            definition.namespace().unwrap_or_default(),
+            definition.name_any()
+        ),
+    );
+    if context
+        .watched
+        .lock()
+        .is_ok_and(|mut watched| watched.insert(key))
+    {
+        let reference = ObjectRef::from_obj(definition);
+        watch::spawn(
+            context.client.clone(),
+            &names,
+            &current_version,
+            reference,
+            context.triggers.clone(),
+        );
+    }
 
     // Versions in use: the current one, and every earlier one that compositions still carry.
     let resource = GeneratedResource {

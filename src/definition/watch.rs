@@ -1,0 +1,53 @@
+//! Reconciling a definition when its compositions come, go or change version: that is when its
+//! controllers' RBAC must follow them into (or out of) a namespace, and when an old version's
+//! controller may be retired.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::api::{CompositionDefinition, VERSION_LABEL};
+use crate::crd::Names;
+
+/// Watches the compositions of `names` (metadata only) and sends `definition` whenever one is
+/// added or deleted or changes its version label; status updates are ignored.
+pub fn spawn(
+    client: Client,
+    names: &Names,
+    version: &str,
+    definition: ObjectRef<CompositionDefinition>,
+    triggers: UnboundedSender<ObjectRef<CompositionDefinition>>,
+) {
+    let gvk = GroupVersionKind::gvk(&names.group, version, &names.kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &names.plural);
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource);
+    tokio::spawn(async move {
+        let mut known: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let changed = match event {
+                Ok(watcher::Event::Apply(meta) | watcher::Event::InitApply(meta)) => {
+                    let label = meta.labels().get(VERSION_LABEL).cloned();
+                    let key = (meta.namespace().unwrap_or_default(), meta.name_any());
+                    known.insert(key, label.clone()) != Some(label)
+                }
+                Ok(watcher::Event::Delete(meta)) => known
+                    .remove(&(meta.namespace().unwrap_or_default(), meta.name_any()))
+                    .is_some(),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => false,
+            };
+            if changed && triggers.send(definition.clone()).is_err() {
+                break;
+            }
+        }
+    });
+}
