@@ -4,16 +4,27 @@
 //! and, for calls that touch a cluster, a kubeconfig file — all in a private temporary directory
 //! with mode 0600 — so Helm never sees a credential on its command line and never needs the
 //! network. Every call has a timeout, and its stderr becomes a short error message.
+//!
+//! Releases are never made with `--atomic` (or Helm 4's `--rollback-on-failure`): the controller
+//! reads the release state and recovers itself. Every install and upgrade passes the complete
+//! values with `--reset-values`, so an empty `spec` does not silently keep the previous values.
+//!
+//! Helm 4 applies objects server-side by default. Kubernetes before 1.22 rejects server-side
+//! apply of lists keyed by a field the object omits (a container port or Service port without
+//! `protocol`: "associative list with keys has an element that omits key field"), so an engine
+//! for such clusters is built with [`Engine::with_server_side`]`(false)`.
 
 mod manifest;
+mod release;
 
 pub use manifest::{ManifestError, RenderedObject, parse_manifest};
+pub use release::{Release, ReleaseStatus, Revision};
 
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -55,6 +66,15 @@ pub enum Error {
         /// Helm's own words.
         message: String,
     },
+    /// Helm succeeded but printed something other than the JSON it documents.
+    #[error("helm {verb} printed unexpected output")]
+    Output {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl Error {
@@ -63,10 +83,57 @@ impl Error {
         match self {
             Error::NotFound | Error::Spawn { .. } => "HelmUnavailable",
             Error::Timeout { .. } => "HelmTimeout",
-            Error::Failed { .. } => "HelmFailed",
+            Error::Failed { .. } | Error::Output { .. } => "HelmFailed",
         }
     }
 }
+
+/// The cluster and namespace a call talks to.
+///
+/// The kubeconfig is the caller's, complete with credentials; it is only ever written to the
+/// call's private directory (mode 0600) and named to helm by path, never passed in an argument
+/// or an environment variable. `Debug` does not print it.
+#[derive(Clone)]
+pub struct Target {
+    kubeconfig: Vec<u8>,
+    namespace: String,
+}
+
+impl Target {
+    /// A target from a kubeconfig's content (its current context is used) and a namespace.
+    pub fn new(kubeconfig: impl Into<Vec<u8>>, namespace: impl Into<String>) -> Self {
+        Target {
+            kubeconfig: kubeconfig.into(),
+            namespace: namespace.into(),
+        }
+    }
+
+    /// The namespace of the release.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("kubeconfig", &"<redacted>")
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+/// How [`Engine::upgrade_install`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpgradeOptions {
+    /// Create the target namespace if it does not exist.
+    pub create_namespace: bool,
+    /// Wait until the release's objects are ready (within the engine's timeout) before returning.
+    pub wait: bool,
+}
+
+/// Revisions Helm keeps per release; older ones are pruned.
+const HISTORY_MAX: &str = "10";
 
 /// Runs `helm` with private state for each call, counting every call in the metrics.
 #[derive(Clone)]
@@ -74,6 +141,9 @@ pub struct Engine {
     binary: PathBuf,
     timeout: Duration,
     metrics: Arc<Metrics>,
+    server_side: bool,
+    /// Whether this helm knows `--server-side` (Helm 4), learned from its version once.
+    knows_server_side: Arc<OnceLock<bool>>,
 }
 
 impl Engine {
@@ -91,7 +161,17 @@ impl Engine {
             binary,
             timeout,
             metrics,
+            server_side: true,
+            knows_server_side: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// Whether installs, upgrades and rollbacks apply objects server-side (the default, and
+    /// Helm 4's). Clusters older than Kubernetes 1.22 need `false`; see the module docs. Helm 3
+    /// always applies client-side and ignores this.
+    pub fn with_server_side(mut self, server_side: bool) -> Self {
+        self.server_side = server_side;
+        self
     }
 
     /// `helm version --short`.
@@ -112,7 +192,7 @@ impl Engine {
         values: &Value,
     ) -> Result<String, Error> {
         let workspace = Workspace::new("template")?;
-        let values_file = workspace.write("values.json", &values.to_string())?;
+        let values_file = workspace.write("values.json", values.to_string().as_bytes())?;
         let args: [&OsStr; 7] = [
             "template".as_ref(),
             release.as_ref(),
@@ -125,27 +205,168 @@ impl Engine {
         self.run("template", &workspace, &args).await
     }
 
-    async fn run(
+    /// `helm upgrade --install`: installs `chart` (a local `.tgz`) as `release` in the target's
+    /// namespace with exactly `values`, or upgrades the release to it. Returns the new revision.
+    ///
+    /// A failed install or upgrade is left as Helm records it (`failed`); nothing is rolled back.
+    pub async fn upgrade_install(
+        &self,
+        target: &Target,
+        release: &str,
+        chart: &Path,
+        values: &Value,
+        options: UpgradeOptions,
+    ) -> Result<Release, Error> {
+        const VERB: &str = "upgrade";
+        let workspace = Workspace::for_target(VERB, target)?;
+        let values_file = workspace.write("values.json", values.to_string().as_bytes())?;
+        let mut args = Args::new(&["upgrade", "--install"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--values", values_file.as_os_str())
+            .push("--reset-values")
+            .flag("--history-max", HISTORY_MAX)
+            .flag("--timeout", self.helm_timeout())
+            .flag("--output", "json");
+        if options.create_namespace {
+            args.push("--create-namespace");
+        }
+        if options.wait {
+            args.push("--wait");
+        }
+        self.server_side_arg(&mut args).await?;
+        args.push("--").push(release).push(chart.as_os_str());
+        let out = self.run(VERB, &workspace, &args.0).await?;
+        release::parse_release(&out).map_err(|source| Error::Output { verb: VERB, source })
+    }
+
+    /// The latest revision of `release`, or `None` when there is no such release.
+    ///
+    /// Reads only Helm's release records (`helm get metadata` and `helm get manifest`, Helm 3.13+
+    /// or 4), not the live objects, so it works whatever state those are in.
+    pub async fn status(&self, target: &Target, release: &str) -> Result<Option<Release>, Error> {
+        const METADATA: &str = "get metadata";
+        const MANIFEST: &str = "get manifest";
+        let workspace = Workspace::for_target(METADATA, target)?;
+        let mut args = Args::new(&["get", "metadata"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--output", "json")
+            .push("--")
+            .push(release);
+        let metadata = match self.run(METADATA, &workspace, &args.0).await {
+            Err(error) if error.is_release_not_found() => return Ok(None),
+            out => release::parse_metadata(&out?).map_err(|source| Error::Output {
+                verb: METADATA,
+                source,
+            })?,
+        };
+        let mut args = Args::new(&["get", "manifest"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--revision", metadata.revision().to_string())
+            .push("--")
+            .push(release);
+        match self.run(MANIFEST, &workspace, &args.0).await {
+            // Uninstalled between the two calls.
+            Err(error) if error.is_release_not_found() => Ok(None),
+            manifest => Ok(Some(metadata.into_release(manifest?))),
+        }
+    }
+
+    /// Every revision Helm keeps of `release`, oldest first; empty when there is no such release.
+    pub async fn history(&self, target: &Target, release: &str) -> Result<Vec<Revision>, Error> {
+        const VERB: &str = "history";
+        let workspace = Workspace::for_target(VERB, target)?;
+        let mut args = Args::new(&["history"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--output", "json")
+            .push("--")
+            .push(release);
+        match self.run(VERB, &workspace, &args.0).await {
+            Err(error) if error.is_release_not_found() => Ok(Vec::new()),
+            out => {
+                release::parse_history(&out?).map_err(|source| Error::Output { verb: VERB, source })
+            }
+        }
+    }
+
+    /// `helm rollback`: makes a new revision from `revision`'s chart and values. This is also
+    /// how a release stuck in a pending state is recovered.
+    pub async fn rollback(
+        &self,
+        target: &Target,
+        release: &str,
+        revision: u64,
+    ) -> Result<(), Error> {
+        const VERB: &str = "rollback";
+        let workspace = Workspace::for_target(VERB, target)?;
+        let mut args = Args::new(&["rollback"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--history-max", HISTORY_MAX)
+            .flag("--timeout", self.helm_timeout());
+        self.server_side_arg(&mut args).await?;
+        args.push("--").push(release).push(revision.to_string());
+        self.run(VERB, &workspace, &args.0).await.map(drop)
+    }
+
+    /// `helm uninstall`: deletes the release's objects and records. Returns whether the release
+    /// existed; uninstalling a release that does not is not an error.
+    pub async fn uninstall(&self, target: &Target, release: &str) -> Result<bool, Error> {
+        const VERB: &str = "uninstall";
+        let workspace = Workspace::for_target(VERB, target)?;
+        let mut args = Args::new(&["uninstall"]);
+        args.flag("--namespace", &target.namespace)
+            .flag("--timeout", self.helm_timeout())
+            .push("--")
+            .push(release);
+        match self.run(VERB, &workspace, &args.0).await {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_release_not_found() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Helm's own `--timeout`, a tenth shorter than the engine's, so that Helm gives up (and
+    /// records the release as failed) before the engine kills it mid-operation.
+    fn helm_timeout(&self) -> String {
+        format!("{}ms", (self.timeout / 10 * 9).as_millis())
+    }
+
+    /// Adds `--server-side=<bool>` when this helm has the flag (Helm 4); Helm 3 rejects it.
+    async fn server_side_arg(&self, args: &mut Args) -> Result<(), Error> {
+        let knows = match self.knows_server_side.get() {
+            Some(knows) => *knows,
+            None => {
+                let knows = knows_server_side(&self.version().await?);
+                *self.knows_server_side.get_or_init(|| knows)
+            }
+        };
+        if knows {
+            args.push(format!("--server-side={}", self.server_side));
+        }
+        Ok(())
+    }
+
+    async fn run<S: AsRef<OsStr>>(
         &self,
         verb: &'static str,
         workspace: &Workspace,
-        args: &[&OsStr],
+        args: &[S],
     ) -> Result<String, Error> {
         let result = self.call(verb, workspace, args).await;
-        let outcome = if result.is_ok() {
-            HelmOutcome::Success
-        } else {
-            HelmOutcome::Failure
+        // A missing release is an answer, not a failed call.
+        let outcome = match &result {
+            Ok(_) => HelmOutcome::Success,
+            Err(error) if error.is_release_not_found() => HelmOutcome::Success,
+            Err(_) => HelmOutcome::Failure,
         };
         self.metrics.helm_call(verb, outcome);
         result
     }
 
-    async fn call(
+    async fn call<S: AsRef<OsStr>>(
         &self,
         verb: &'static str,
         workspace: &Workspace,
-        args: &[&OsStr],
+        args: &[S],
     ) -> Result<String, Error> {
         let home = workspace.dir.path();
         let mut command = Command::new(&self.binary);
@@ -196,8 +417,15 @@ impl Workspace {
         Ok(Workspace { dir })
     }
 
+    /// A workspace holding the target's kubeconfig, where helm's `KUBECONFIG` points.
+    fn for_target(verb: &'static str, target: &Target) -> Result<Self, Error> {
+        let workspace = Workspace::new(verb)?;
+        workspace.write("kubeconfig", &target.kubeconfig)?;
+        Ok(workspace)
+    }
+
     /// Writes a file readable by the owner only.
-    fn write(&self, name: &str, content: &str) -> Result<PathBuf, Error> {
+    fn write(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.path().join(name);
         let mut file = std::fs::OpenOptions::new()
@@ -205,7 +433,7 @@ impl Workspace {
             .create_new(true)
             .mode(0o600)
             .open(&path)
-            .and_then(|mut file| file.write_all(content.as_bytes()).map(|()| file))
+            .and_then(|mut file| file.write_all(content).map(|()| file))
             .map_err(|source| Error::Spawn {
                 verb: "write",
                 source,
@@ -216,6 +444,44 @@ impl Workspace {
         })?;
         Ok(path)
     }
+}
+
+/// A helm command line.
+struct Args(Vec<std::ffi::OsString>);
+
+impl Args {
+    fn new(words: &[&str]) -> Self {
+        Args(words.iter().map(Into::into).collect())
+    }
+
+    fn push(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
+        self.0.push(arg.as_ref().to_os_string());
+        self
+    }
+
+    fn flag(&mut self, name: &str, value: impl AsRef<OsStr>) -> &mut Self {
+        self.push(name).push(value)
+    }
+}
+
+impl Error {
+    /// Helm's answer for a release that does not exist (`release: not found`, also at the end of
+    /// `uninstall: Release not loaded: NAME: release: not found`).
+    fn is_release_not_found(&self) -> bool {
+        matches!(self, Error::Failed { message, .. } if message.ends_with("release: not found"))
+    }
+}
+
+/// Whether a `helm version --short` (`v4.3.1+gc0d08d0`) is Helm 4 or later, which has
+/// `--server-side`. An unreadable version is taken to be a newer one.
+fn knows_server_side(version: &str) -> bool {
+    version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|major| major.parse::<u64>().ok())
+        .is_none_or(|major| major >= 4)
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
@@ -250,5 +516,48 @@ mod tests {
         let short = shorten(&long);
         assert!(short.len() <= MESSAGE_LIMIT + '…'.len_utf8());
         assert!(short.ends_with('…'));
+    }
+
+    #[test]
+    fn server_side_is_a_helm_4_flag() {
+        assert!(knows_server_side("v4.3.1+gc0d08d0"));
+        assert!(knows_server_side("v10.0.0"));
+        assert!(!knows_server_side("v3.19.0+g3d8990f\n"));
+        assert!(knows_server_side("dev"));
+    }
+
+    #[test]
+    fn a_missing_release_is_recognised_in_every_form() {
+        let failed = |message: &str| Error::Failed {
+            verb: "status",
+            message: message.into(),
+        };
+        assert!(failed("release: not found").is_release_not_found());
+        assert!(
+            failed("uninstall: Release not loaded: r1: release: not found").is_release_not_found()
+        );
+        assert!(!failed("chart not found").is_release_not_found());
+    }
+
+    #[test]
+    fn helm_gives_up_before_the_engine_kills_it() {
+        let engine = Engine {
+            binary: "helm".into(),
+            timeout: Duration::from_secs(60),
+            metrics: Arc::default(),
+            server_side: true,
+            knows_server_side: Arc::default(),
+        };
+        assert_eq!(engine.helm_timeout(), "54000ms");
+    }
+
+    #[test]
+    fn a_target_does_not_print_its_kubeconfig() {
+        let target = Target::new("token: s3cret", "team-a");
+        let printed = format!("{target:?}");
+        assert!(
+            !printed.contains("s3cret") && printed.contains("team-a"),
+            "{printed}"
+        );
     }
 }
