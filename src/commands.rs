@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::chart::{self, Cache, ChartRef, Package};
+use crate::composition;
 use crate::crd::{self, BuildOptions, NameOverrides};
 use crate::definition;
 use crate::helm;
@@ -240,5 +241,108 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
         .map_err(context("stopping the metrics server"))?
         .map_err(context("serving metrics"))?;
     tracing::info!("operator stopped");
+    Ok(())
+}
+
+/// Flags of `compositor controller`.
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    /// API group of the generated CRD.
+    #[arg(long)]
+    pub group: String,
+    /// The CRD version this controller serves.
+    #[arg(long)]
+    pub version: String,
+    /// Plural resource name of the generated CRD.
+    #[arg(long)]
+    pub resource: String,
+    /// The definition, as `<namespace>/<name>`.
+    #[arg(long, value_parser = parse_definition)]
+    pub definition: (String, String),
+    /// Compositions reconciled at once.
+    #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
+    pub workers: u16,
+    /// Seconds between resyncs of a composition (an unchanged one costs no Helm write).
+    #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Where downloaded charts are cached (default: a folder in the temporary directory).
+    #[arg(long, env = "COMPOSITOR_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The helm binary (default: HELM_BIN, then PATH).
+    #[arg(long)]
+    pub helm: Option<PathBuf>,
+    /// Seconds one helm call may take.
+    #[arg(long, env = "COMPOSITOR_HELM_TIMEOUT_SECONDS", default_value_t = 300)]
+    pub helm_timeout_seconds: u64,
+    /// Address of the metrics and health endpoints.
+    #[arg(
+        long,
+        env = "COMPOSITOR_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_address: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "COMPOSITOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Debug logging.
+    #[arg(long, env = "COMPOSITOR_DEBUG")]
+    pub debug: bool,
+}
+
+fn parse_definition(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            Ok((namespace.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{text:?} is not <namespace>/<name>")),
+    }
+}
+
+/// `compositor controller`: the controller of one definition version.
+pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
+    runtime::init_logging(args.log_format, args.debug);
+    let metrics = Arc::new(Metrics::default());
+    let engine = helm::Engine::locate(
+        args.helm,
+        Duration::from_secs(args.helm_timeout_seconds),
+        metrics.clone(),
+    )
+    .map_err(context("finding helm"))?;
+    let cache_dir = args
+        .cache_dir
+        .unwrap_or_else(|| std::env::temp_dir().join("compositor-charts"));
+    let cache = Cache::open(cache_dir).map_err(context("opening the chart cache"))?;
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(context("reading the Kubernetes configuration"))?;
+    let (definition_namespace, definition_name) = args.definition;
+    let config = composition::Config {
+        group: args.group,
+        version: args.version,
+        resource: args.resource,
+        definition_namespace,
+        definition_name,
+        workers: args.workers,
+        resync: Duration::from_secs(args.resync_seconds),
+    };
+    let readiness = Readiness::default();
+    let server = tokio::spawn(runtime::serve(
+        args.metrics_address,
+        metrics.clone(),
+        readiness.clone(),
+        runtime::shutdown_signal(),
+    ));
+    let controller = composition::Context::new(kube_config, config, engine, cache, metrics)
+        .await
+        .map_err(|error| -> CommandError { format!("starting the controller: {error}").into() })?;
+    readiness.set(true);
+    tracing::info!(address = %args.metrics_address, "controller started");
+    composition::run(Arc::new(controller), runtime::shutdown_signal()).await;
+    readiness.set(false);
+    server
+        .await
+        .map_err(context("stopping the metrics server"))?
+        .map_err(context("serving metrics"))?;
+    tracing::info!("controller stopped");
     Ok(())
 }

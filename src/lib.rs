@@ -8,6 +8,7 @@ pub mod api;
 pub mod bundle;
 pub mod chart;
 pub mod commands;
+pub mod composition;
 pub mod crd;
 pub mod definition;
 pub mod helm;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use compositor::commands::{self, CrdArgs, RunArgs};
+use compositor::commands::{self, ControllerArgs, CrdArgs, RunArgs};
 
 /// compositor turns any Helm chart into a Kubernetes API.
 #[derive(Parser, Debug)]
@@ -18,7 +18,7 @@ enum Command {
     /// Run the operator: reconcile CompositionDefinitions.
     Run(Box<RunArgs>),
     /// Run the controller of one definition version: reconcile its compositions.
-    Controller,
+    Controller(Box<ControllerArgs>),
     /// Print the CRD that a chart would become, with every lossy conversion step on stderr.
     Crd(Box<CrdArgs>),
     /// Print the operator's own CRDs.
@@ -39,7 +39,7 @@ async fn main() -> ExitCode {
         Command::Crds => commands::crds(),
         Command::Crd(args) => commands::crd(*args).await,
         Command::Run(args) => commands::run(*args).await,
-        Command::Controller => Err("the controller command is not implemented yet".into()),
+        Command::Controller(args) => commands::controller(*args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -921,7 +921,7 @@ async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_o
         .unwrap();
     let roles = Api::<ClusterRole>::all(fixture.client.clone());
     let old_role = format!("compositor:{}:fireworksapps-v1-1-5", fixture.namespace);
-    support::eventually("old bundle collected", Duration::from_secs(60), || async {
+    support::eventually("old bundle collected", Duration::from_secs(120), || async {
         deployments
             .get_opt("fireworksapps-v1-1-5-controller")
             .await
@@ -1099,5 +1099,275 @@ async fn orphan_deletion_keeps_compositions_and_the_crd() {
             .unwrap()
             .is_none(),
         "the controller goes"
+    );
+}
+
+/// The composition's status, once `ready` says it is what the test waits for.
+async fn wait_composition(
+    compositions: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Value) -> bool,
+    controller: &support::Process,
+) -> Value {
+    for _ in 0..240 {
+        if let Some(object) = compositions.get_opt(name).await.expect("get composition") {
+            let status = object.data.get("status").cloned().unwrap_or_default();
+            if ready(&status) {
+                return status;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let status = compositions
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .map(|o| o.data["status"].clone());
+    panic!(
+        "{name}: never {what}; status {status:?}\ncontroller log:\n{}",
+        controller.output()
+    );
+}
+
+fn phase_is(phase: &'static str) -> impl Fn(&Value) -> bool {
+    move |status: &Value| status["phase"] == phase
+}
+
+#[tokio::test]
+async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
+    let fixture = Fixture::new("ctl").await;
+    fixture.apply_fireworksapp("1.1.5").await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let cache = tempfile::tempdir().unwrap();
+    let controller = support::run_deployment(
+        &fixture.client,
+        &fixture.namespace,
+        "fireworksapps-v1-1-5-controller",
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    let team = support::namespace(&fixture.client, "ctl-team").await;
+    let compositions = fixture.compositions("v1-1-5", &team);
+    let composition = |greeting: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+            "metadata": {"name": "acme"},
+            "spec": {"git": {"repository": "acme"}, "app": {"greeting": greeting}}
+        }))
+        .unwrap()
+    };
+    compositions
+        .create(&PostParams::default(), &composition("hello"))
+        .await
+        .expect("composition");
+    let status = wait_composition(
+        &compositions,
+        "acme",
+        "Ready",
+        phase_is("Ready"),
+        &controller,
+    )
+    .await;
+    assert_eq!(status["clusters"][0]["revision"], 1, "{status}");
+    assert_eq!(status["chart"]["version"], "1.1.5");
+    let helm = support::Helm::new();
+    let history = || -> Value {
+        serde_json::from_str(&helm.ok(&["history", "acme", "-n", &team, "-o", "json"], None))
+            .unwrap()
+    };
+    assert_eq!(history().as_array().unwrap().len(), 1);
+    let maps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
+    assert_eq!(
+        maps.get("acme-config").await.unwrap().data.unwrap()["greeting"],
+        "hello"
+    );
+
+    // A spec change upgrades.
+    let patch = json!({"spec": {"app": {"greeting": "bonjour"}}});
+    compositions
+        .patch("acme", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    wait_composition(
+        &compositions,
+        "acme",
+        "upgraded",
+        |s| s["clusters"][0]["revision"] == 2 && s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    assert_eq!(
+        maps.get("acme-config").await.unwrap().data.unwrap()["greeting"],
+        "bonjour"
+    );
+
+    // A reconcile with nothing changed makes no new revision.
+    let touch = json!({"metadata": {"annotations": {"test/touch": "1"}}});
+    compositions
+        .patch("acme", &PatchParams::default(), &Patch::Merge(touch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        history().as_array().unwrap().len(),
+        2,
+        "an idle reconcile must not upgrade"
+    );
+
+    // Deleting the composition uninstalls its release.
+    compositions
+        .delete("acme", &DeleteParams::default())
+        .await
+        .unwrap();
+    support::eventually("composition gone", Duration::from_secs(60), || async {
+        compositions.get_opt("acme").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        !helm
+            .run(&["status", "acme", "-n", &team], None)
+            .status
+            .success(),
+        "release uninstalled"
+    );
+    assert!(maps.get_opt("acme-config").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() {
+    let fixture = Fixture::new("ctl-guard").await;
+    let name = format!("guarded-{}", support::unique("c"));
+    // `not` is lost in the CRD (the apiserver cannot say it), so only the chart's own schema,
+    // checked by the controller, refuses 13.
+    let url = publish_chart(
+        &name,
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+            ),
+            ("values.yaml", "size: 1\nextraObjects: []\n"),
+            (
+                "values.schema.json",
+                r#"{"type": "object", "properties": {"size": {"type": "integer", "not": {"const": 13}}, "extraObjects": {"type": "array"}}}"#,
+            ),
+            (
+                "templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {size: '{{ .Values.size }}'}\n",
+            ),
+            (
+                "templates/extra.yaml",
+                "{{- range .Values.extraObjects }}\n---\n{{ toYaml . }}\n{{- end }}\n",
+            ),
+        ],
+    );
+    fixture
+        .apply_definition("guarded", json!({"url": url}))
+        .await;
+    let definition = fixture.wait_condition("guarded", "Ready", "True").await;
+    let crd = definition.status.unwrap().crd.unwrap();
+    let version = crd.stored_version.clone();
+    let cache = tempfile::tempdir().unwrap();
+    let controller = support::run_deployment(
+        &fixture.client,
+        &fixture.namespace,
+        &format!("{}-{version}-controller", crd.plural),
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ],
+    )
+    .await;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&fixture.group, &version, &crd.kind),
+        &crd.plural,
+    );
+    let compositions: Api<DynamicObject> =
+        Api::namespaced_with(fixture.client.clone(), &fixture.namespace, &resource);
+    let create = |name: &str, spec: Value| {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{}/{version}", fixture.group), "kind": crd.kind,
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        let compositions = compositions.clone();
+        async move {
+            compositions
+                .create(&PostParams::default(), &object)
+                .await
+                .expect("create composition")
+        }
+    };
+    let reason_of = |status: &Value| -> (String, String) {
+        let ready = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        (
+            ready["reason"].as_str().unwrap().to_string(),
+            ready["message"].as_str().unwrap().to_string(),
+        )
+    };
+
+    create("unlucky", json!({"size": 13})).await;
+    let status = wait_composition(
+        &compositions,
+        "unlucky",
+        "refused",
+        phase_is("Failed"),
+        &controller,
+    )
+    .await;
+    let (reason, message) = reason_of(&status);
+    assert_eq!(reason, "InvalidValues", "{message}");
+    assert!(message.contains("size"), "{message}");
+
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sneaky"},
+                     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}});
+    create("greedy", json!({"extraObjects": [job]})).await;
+    let status = wait_composition(
+        &compositions,
+        "greedy",
+        "refused",
+        phase_is("Failed"),
+        &controller,
+    )
+    .await;
+    let (reason, message) = reason_of(&status);
+    assert_eq!(reason, "PermissionsMissing", "{message}");
+    assert!(message.contains("batch/v1/Job"), "{message}");
+
+    let helm = support::Helm::new();
+    for release in ["unlucky", "greedy"] {
+        assert!(
+            !helm
+                .run(&["status", release, "-n", &fixture.namespace], None)
+                .status
+                .success(),
+            "no release {release}"
+        );
+    }
+    let maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        fixture.client.clone(),
+        &fixture.namespace,
+    );
+    assert!(
+        maps.get_opt("greedy").await.unwrap().is_none(),
+        "nothing installed halfway"
     );
 }

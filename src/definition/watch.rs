@@ -30,20 +30,36 @@ pub fn spawn(
     let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource);
     tokio::spawn(async move {
         let mut known: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+        // A restarted watch lists everything again; deletions in between show as a difference.
+        let mut relisted: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
         let mut events = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
         while let Some(event) = events.next().await {
+            let key = |meta: &PartialObjectMeta<DynamicObject>| {
+                (meta.namespace().unwrap_or_default(), meta.name_any())
+            };
+            let label =
+                |meta: &PartialObjectMeta<DynamicObject>| meta.labels().get(VERSION_LABEL).cloned();
             let changed = match event {
-                Ok(watcher::Event::Apply(meta) | watcher::Event::InitApply(meta)) => {
-                    let label = meta.labels().get(VERSION_LABEL).cloned();
-                    let key = (meta.namespace().unwrap_or_default(), meta.name_any());
-                    known.insert(key, label.clone()) != Some(label)
+                Ok(watcher::Event::Apply(meta)) => {
+                    known.insert(key(&meta), label(&meta)) != Some(label(&meta))
                 }
-                Ok(watcher::Event::Delete(meta)) => known
-                    .remove(&(meta.namespace().unwrap_or_default(), meta.name_any()))
-                    .is_some(),
-                Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => false,
+                Ok(watcher::Event::Delete(meta)) => known.remove(&key(&meta)).is_some(),
+                Ok(watcher::Event::Init) => {
+                    relisted.clear();
+                    false
+                }
+                Ok(watcher::Event::InitApply(meta)) => {
+                    relisted.insert(key(&meta), label(&meta));
+                    false
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let changed = relisted != known;
+                    known = std::mem::take(&mut relisted);
+                    changed
+                }
+                Err(_) => false,
             };
             if changed && triggers.send(definition.clone()).is_err() {
                 break;

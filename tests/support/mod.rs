@@ -190,3 +190,66 @@ impl Drop for Process {
         let _ = self.child.wait();
     }
 }
+
+/// Plays kubelet for a controller Deployment that compositor made: the test bed has no nodes, so
+/// this reads the Deployment's command and arguments, obtains a token for its ServiceAccount,
+/// writes a kubeconfig with that token, and runs the controller locally. The controller then has
+/// exactly the RBAC the operator gave it.
+pub async fn run_deployment(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    extra_args: &[&str],
+) -> Process {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .expect("controller deployment");
+    let pod = deployment
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec");
+    let container = &pod.containers[0];
+    let service_account = pod.service_account_name.expect("service account");
+    let request: TokenRequest = serde_json::from_value(
+        serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+    )
+    .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(&service_account, &PostParams::default(), &request)
+        .await
+        .expect("token for the controller")
+        .status
+        .expect("token")
+        .token;
+
+    // The admin kubeconfig with the controller's token instead of the admin's.
+    let admin: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(env("KUBECONFIG")).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    let mut kubeconfig = admin.clone();
+    kubeconfig["users"] = serde_json::json!([{"name": "testbed", "user": {"token": token}}]);
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique(name)));
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).expect("write kubeconfig");
+
+    let mut args: Vec<String> = container.args.clone().unwrap_or_default();
+    args.extend(extra_args.iter().map(|a| a.to_string()));
+    let log = std::env::temp_dir().join(format!("{}.log", unique(name)));
+    let out = std::fs::File::create(&log).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_compositor"))
+        .args(&args)
+        .env("KUBECONFIG", &path)
+        .env("HELM_BIN", env("HELM_BIN"))
+        .env("POD_NAME", name)
+        .stdout(out.try_clone().expect("log file"))
+        .stderr(out)
+        .spawn()
+        .expect("start controller");
+    Process { child, log }
+}

@@ -1,0 +1,759 @@
+//! The per-version controller: every composition of one CRD version becomes a Helm release.
+//!
+//! One reconcile, stopping at the first problem with a condition that names it: read the
+//! definition → values (validated against the chart's own schema) → render, and check every
+//! rendered kind against this controller's RBAC → fingerprint (unchanged means no Helm call) →
+//! recover a release stuck mid-operation → `helm upgrade --install` → status.
+
+mod kubeconfig;
+mod values;
+
+pub use kubeconfig::kubeconfig_for;
+pub use values::{fingerprint, merged_over, release_name, values_of};
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::api::{
+    ClusterStatus, CompositionChart, CompositionDefinition, CompositionStatus, FINALIZER,
+    NamespacePlacement, Phase, RELEASE_NAME_ANNOTATION, ResourceRef, VERSION_LABEL, find_condition,
+    is_paused, set_condition,
+};
+use crate::chart::{self, Cache, Fetched};
+use crate::helm::{self, RenderedObject, parse_manifest};
+use crate::runtime::{Metrics, ReconcileOutcome};
+use crate::schema;
+
+/// Field manager of the controller's writes.
+const FIELD_MANAGER: &str = "compositor-controller";
+/// Name of the management cluster in `status.clusters`.
+const LOCAL_CLUSTER: &str = "local";
+
+/// Why a composition is not (yet) installed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The definition cannot be read or has not resolved this version yet.
+    #[error("definition {0} is not ready for this version")]
+    DefinitionNotReady(String),
+    /// The chart could not be fetched.
+    #[error(transparent)]
+    Chart(#[from] chart::Error),
+    /// The values break the chart's schema.
+    #[error("values do not match the chart's schema: {0}")]
+    InvalidValues(String),
+    /// The release name is unusable.
+    #[error("{0}")]
+    ReleaseName(String),
+    /// The chart does not render with these values.
+    #[error("the chart does not render: {0}")]
+    Render(#[source] helm::Error),
+    /// The rendered manifest is not a list of objects.
+    #[error(transparent)]
+    Manifest(#[from] helm::ManifestError),
+    /// The chart would create objects this controller may not create.
+    #[error("this controller may not create {0}")]
+    PermissionsMissing(String),
+    /// Helm failed to install, upgrade, roll back or uninstall.
+    #[error(transparent)]
+    Helm(helm::Error),
+    /// Helm cannot be handed the controller's credentials.
+    #[error(transparent)]
+    Kubeconfig(#[from] kubeconfig::Error),
+    /// The values validator failed.
+    #[error(transparent)]
+    Schema(#[from] schema::Error),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API request failed ({0})")]
+    Kube(&'static str, #[source] kube::Error),
+    /// The finalizer helper failed.
+    #[error("finalizer failed")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// The condition reason.
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::DefinitionNotReady(_) => "DefinitionNotReady",
+            Error::Chart(error) => error.reason(),
+            Error::InvalidValues(_) => "InvalidValues",
+            Error::ReleaseName(_) => "InvalidReleaseName",
+            Error::Render(_) | Error::Manifest(_) => "RenderFailed",
+            Error::PermissionsMissing(_) => "PermissionsMissing",
+            Error::Helm(_) => "InstallFailed",
+            Error::Kubeconfig(_) => "CredentialsUnusable",
+            Error::Schema(_) => "InvalidSchema",
+            Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
+        }
+    }
+
+    /// Errors only a change of the composition (or its definition) can fix.
+    fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidValues(_)
+                | Error::ReleaseName(_)
+                | Error::Render(_)
+                | Error::Manifest(_)
+                | Error::PermissionsMissing(_)
+        )
+    }
+}
+
+/// Which composition resource and definition this controller serves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// API group of the generated CRD.
+    pub group: String,
+    /// The CRD version this controller owns.
+    pub version: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Namespace of the definition.
+    pub definition_namespace: String,
+    /// Name of the definition.
+    pub definition_name: String,
+    /// Compositions reconciled at once.
+    pub workers: u16,
+    /// Reconcile every composition at least this often.
+    pub resync: Duration,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    kube_config: kube::Config,
+    config: Config,
+    helm: helm::Engine,
+    helm_version: String,
+    cache: Cache,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    resource: ApiResource,
+}
+
+impl Context {
+    /// A context; asks Helm for its version once (it is part of every fingerprint).
+    pub async fn new(
+        kube_config: kube::Config,
+        config: Config,
+        helm: helm::Engine,
+        cache: Cache,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let client = Client::try_from(kube_config.clone())?;
+        let helm_version = helm.version().await?;
+        let resource = discover(&client, &config.group, &config.version, &config.resource).await?;
+        let reporter = Reporter {
+            controller: format!("compositor-{}-{}", config.resource, config.version),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Ok(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            kube_config,
+            config,
+            helm,
+            helm_version,
+            cache,
+            metrics,
+            resource,
+        })
+    }
+}
+
+/// The ApiResource of `plural` in `group`/`version`, by discovery.
+async fn discover(
+    client: &Client,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<ApiResource, kube::Error> {
+    let discovered = kube::discovery::oneshot::pinned_group(
+        client,
+        &kube::core::GroupVersion::gv(group, version),
+    )
+    .await?;
+    discovered
+        .versioned_resources(version)
+        .into_iter()
+        .map(|(resource, _)| resource)
+        .find(|resource| resource.plural == plural)
+        .ok_or_else(|| {
+            kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(
+                plural.to_string(),
+            ))
+        })
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api = Api::<DynamicObject>::all_with(context.client.clone(), &context.resource);
+    Controller::new_with(api, watcher::Config::default(), context.resource.clone())
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(context.config.workers),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+fn error_policy(object: Arc<DynamicObject>, error: &Error, _context: Arc<Context>) -> Action {
+    if error.is_terminal() {
+        tracing::info!(composition = %object.name_any(), %error, "waiting for a change");
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        tracing::warn!(composition = %object.name_any(), %error, "reconcile failed");
+        Action::requeue(Duration::from_secs(10))
+    }
+}
+
+#[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
+async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(object, &context).await;
+    let outcome = if result.is_ok() {
+        ReconcileOutcome::Success
+    } else {
+        ReconcileOutcome::Error
+    };
+    context.metrics.reconciled(outcome, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(object: Arc<DynamicObject>, context: &Context) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api = Api::<DynamicObject>::namespaced_with(
+        context.client.clone(),
+        &namespace,
+        &context.resource,
+    );
+    let definition = Api::<CompositionDefinition>::namespaced(
+        context.client.clone(),
+        &context.config.definition_namespace,
+    )
+    .get(&context.config.definition_name)
+    .await
+    .map_err(|e| Error::Kube("read definition", e))?;
+    let current = definition
+        .status
+        .as_ref()
+        .and_then(|s| s.crd.as_ref())
+        .map(|crd| crd.stored_version.clone());
+    let mine = &context.config.version;
+    match object.labels().get(VERSION_LABEL) {
+        Some(version) if version == mine => {}
+        // Unlabelled compositions belong to the current version; labelling them is a change that
+        // brings them back here.
+        None if current.as_deref() == Some(mine.as_str()) => {
+            let label = json!({"metadata": {"labels": {VERSION_LABEL: mine}}});
+            api.patch(
+                &object.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(label),
+            )
+            .await
+            .map_err(|e| Error::Kube("label composition", e))?;
+            return Ok(Action::await_change());
+        }
+        _ => return Ok(Action::await_change()),
+    }
+    if is_paused(&object.metadata) {
+        let mut status = status_of(&object);
+        status.phase = Some(Phase::Paused);
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "Paused",
+            "reconciliation is paused by annotation",
+            object.metadata.generation,
+        );
+        write_status(&api, &object, &status).await?;
+        return Ok(Action::await_change());
+    }
+    finalizer(&api, FINALIZER, object, |event| async {
+        match event {
+            Event::Apply(object) => apply(&object, &definition, context, &api).await,
+            Event::Cleanup(object) => cleanup(&object, &definition, context).await,
+        }
+    })
+    .await
+    .map_err(|error| match error {
+        kube::runtime::finalizer::Error::ApplyFailed(error)
+        | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
+        other => Error::Finalizer(Box::new(other)),
+    })
+}
+
+fn status_of(object: &DynamicObject) -> CompositionStatus {
+    object
+        .data
+        .get("status")
+        .cloned()
+        .and_then(|s| serde_json::from_value(s).ok())
+        .unwrap_or_default()
+}
+
+/// Where a composition's release goes.
+struct Placement {
+    release: String,
+    namespace: String,
+}
+
+fn placement(
+    object: &DynamicObject,
+    definition: &CompositionDefinition,
+) -> Result<Placement, Error> {
+    let release = release_name(
+        object
+            .annotations()
+            .get(RELEASE_NAME_ANNOTATION)
+            .map(String::as_str),
+        &object.name_any(),
+    )
+    .map_err(Error::ReleaseName)?;
+    let namespace = match definition.spec.placement.namespace {
+        NamespacePlacement::Composition => object.namespace().unwrap_or_default(),
+        NamespacePlacement::CompositionName => object.name_any(),
+    };
+    Ok(Placement { release, namespace })
+}
+
+async fn fetch_chart(
+    definition: &CompositionDefinition,
+    context: &Context,
+) -> Result<Fetched, Error> {
+    let mine = &context.config.version;
+    let chart_version = definition
+        .status
+        .as_ref()
+        .and_then(|s| s.versions.iter().find(|v| &v.version == mine))
+        .map(|v| v.chart_version.clone())
+        .ok_or_else(|| Error::DefinitionNotReady(definition.name_any()))?;
+    let policy = chart::credentials::RefPolicy {
+        namespace: context.config.definition_namespace.clone(),
+        allow_cross_namespace: false,
+    };
+    let mut reference =
+        chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
+    reference.version = Some(chart_version);
+    Ok(chart::fetch(&reference, &context.cache).await?)
+}
+
+async fn apply(
+    object: &DynamicObject,
+    definition: &CompositionDefinition,
+    context: &Context,
+    api: &Api<DynamicObject>,
+) -> Result<Action, Error> {
+    let previous = status_of(object);
+    let mut status = previous.clone();
+    let generation = object.metadata.generation;
+    let result = install(object, definition, context, &mut status).await;
+    match &result {
+        Ok(_) => {
+            status.phase = Some(Phase::Ready);
+            set_condition(
+                &mut status.conditions,
+                "Installed",
+                true,
+                "Installed",
+                "the release is deployed",
+                generation,
+            );
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "Ready",
+                "the release is deployed and up to date",
+                generation,
+            );
+            status.observed_generation = generation;
+        }
+        Err(error) => {
+            let message = crate::commands::chain(error);
+            status.phase = Some(Phase::Failed);
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                error.reason(),
+                &message,
+                generation,
+            );
+            if error.is_terminal() {
+                status.observed_generation = generation;
+            }
+        }
+    }
+    publish_transition(context, object, &previous, &status).await;
+    if status != previous {
+        write_status(api, object, &status).await?;
+    }
+    result
+}
+
+/// Installs or upgrades the release unless its fingerprint says nothing changed.
+async fn install(
+    object: &DynamicObject,
+    definition: &CompositionDefinition,
+    context: &Context,
+    status: &mut CompositionStatus,
+) -> Result<Action, Error> {
+    let fetched = fetch_chart(definition, context).await?;
+    let values = values_of(object.data.get("spec"));
+    let violations = schema::validate_package(
+        &merged_over(&fetched.package.values, &values),
+        &fetched.package,
+    )?;
+    if !violations.is_empty() {
+        let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        return Err(Error::InvalidValues(listed.join("; ")));
+    }
+    let placement = placement(object, definition)?;
+    let manifest = context
+        .helm
+        .template(
+            &fetched.archive_path,
+            &placement.release,
+            &placement.namespace,
+            &values,
+        )
+        .await
+        .map_err(Error::Render)?;
+    let rendered = parse_manifest(&manifest)?;
+    let missing = missing_permissions(&context.client, &rendered, &placement.namespace).await?;
+    if !missing.is_empty() {
+        return Err(Error::PermissionsMissing(
+            missing.into_iter().collect::<Vec<_>>().join(", "),
+        ));
+    }
+
+    status.chart = Some(CompositionChart {
+        version: fetched.version.clone(),
+        digest: fetched.digest.clone(),
+    });
+    status.resources = rendered
+        .iter()
+        .map(|o| ResourceRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+        })
+        .collect();
+    let fingerprint = fingerprint(
+        &fetched.digest,
+        &values,
+        LOCAL_CLUSTER,
+        &placement.namespace,
+        &context.helm_version,
+    );
+    let known = status
+        .clusters
+        .iter()
+        .find(|c| c.name == LOCAL_CLUSTER)
+        .and_then(|c| c.fingerprint.clone());
+    let target = helm::Target::new(
+        kubeconfig_for(&context.kube_config, &placement.namespace)?,
+        &placement.namespace,
+    );
+    let live = context
+        .helm
+        .status(&target, &placement.release)
+        .await
+        .map_err(Error::Helm)?;
+    if known.as_deref() == Some(fingerprint.as_str())
+        && live
+            .as_ref()
+            .is_some_and(|release| release.status == helm::ReleaseStatus::Deployed)
+        && resources_exist(&context.client, &rendered, &placement.namespace).await?
+    {
+        return Ok(Action::requeue(context.config.resync));
+    }
+    if let Some(release) = &live
+        && release.status.is_pending()
+    {
+        recover(context, &target, &placement.release).await?;
+        publish(
+            context,
+            object,
+            EventType::Warning,
+            "Recovered",
+            &format!(
+                "release {} was stuck in {:?}; recovered",
+                placement.release, release.status
+            ),
+        )
+        .await;
+    }
+    let options = helm::UpgradeOptions {
+        create_namespace: definition.spec.placement.namespace
+            == NamespacePlacement::CompositionName,
+        ..helm::UpgradeOptions::default()
+    };
+    let release = context
+        .helm
+        .upgrade_install(
+            &target,
+            &placement.release,
+            &fetched.archive_path,
+            &values,
+            options,
+        )
+        .await
+        .map_err(Error::Helm)?;
+    let entry = ClusterStatus {
+        name: LOCAL_CLUSTER.to_string(),
+        namespace: placement.namespace.clone(),
+        release: placement.release.clone(),
+        revision: i64::try_from(release.revision).ok(),
+        phase: Phase::Ready,
+        fingerprint: Some(fingerprint),
+        message: String::new(),
+        last_transition_time: Some(Time(Timestamp::now())),
+    };
+    status.clusters.retain(|c| c.name != LOCAL_CLUSTER);
+    status.clusters.push(entry);
+    let reason = if release.revision == 1 {
+        "Installed"
+    } else {
+        "Upgraded"
+    };
+    publish(
+        context,
+        object,
+        EventType::Normal,
+        reason,
+        &format!(
+            "release {} revision {}",
+            placement.release, release.revision
+        ),
+    )
+    .await;
+    Ok(Action::requeue(context.config.resync))
+}
+
+/// A release stuck pending (a crash mid-operation) goes back to its last deployed revision, or
+/// away when it never deployed.
+async fn recover(context: &Context, target: &helm::Target, release: &str) -> Result<(), Error> {
+    let history = context
+        .helm
+        .history(target, release)
+        .await
+        .map_err(Error::Helm)?;
+    let deployed = history.iter().rev().find(|r| {
+        matches!(
+            r.status,
+            helm::ReleaseStatus::Deployed | helm::ReleaseStatus::Superseded
+        )
+    });
+    match deployed {
+        Some(revision) => context
+            .helm
+            .rollback(target, release, revision.revision)
+            .await
+            .map_err(Error::Helm)?,
+        None => {
+            context
+                .helm
+                .uninstall(target, release)
+                .await
+                .map_err(Error::Helm)?;
+        }
+    }
+    Ok(())
+}
+
+/// The rendered kinds this controller may not create where the release puts them, asked of the
+/// real authorizer, so nothing is installed halfway.
+async fn missing_permissions(
+    client: &Client,
+    rendered: &[RenderedObject],
+    namespace: &str,
+) -> Result<BTreeSet<String>, Error> {
+    let mut missing = BTreeSet::new();
+    let kinds: BTreeSet<(String, String)> = rendered
+        .iter()
+        .map(|o| (o.api_version.clone(), o.kind.clone()))
+        .collect();
+    for (api_version, kind) in kinds {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+        let Ok((resource, capabilities)) =
+            pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind)).await
+        else {
+            missing.insert(format!("{api_version}/{kind} (not served by the cluster)"));
+            continue;
+        };
+        let review_namespace =
+            (capabilities.scope == Scope::Namespaced).then(|| namespace.to_string());
+        for verb in ["create", "update", "delete"] {
+            let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+                "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource.plural, "namespace": review_namespace}}
+            }))
+            .map_err(|e| Error::Kube("build access review", kube::Error::SerdeError(e)))?;
+            let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|e| Error::Kube("access review", e))?;
+            if !answer.status.is_some_and(|s| s.allowed) {
+                missing.insert(format!("{api_version}/{kind}"));
+                break;
+            }
+        }
+    }
+    Ok(missing)
+}
+
+async fn resources_exist(
+    client: &Client,
+    rendered: &[RenderedObject],
+    namespace: &str,
+) -> Result<bool, Error> {
+    for object in rendered {
+        let (group, version) = object
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &object.api_version));
+        let (resource, capabilities) =
+            pinned_kind(client, &GroupVersionKind::gvk(group, version, &object.kind))
+                .await
+                .map_err(|e| Error::Kube("discover rendered kind", e))?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                object.namespace.as_deref().unwrap_or(namespace),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        if api
+            .get_metadata_opt(&object.name)
+            .await
+            .map_err(|e| Error::Kube("read rendered object", e))?
+            .is_none()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Deletion: uninstall the release (a release that is gone already is fine).
+async fn cleanup(
+    object: &DynamicObject,
+    definition: &CompositionDefinition,
+    context: &Context,
+) -> Result<Action, Error> {
+    let placement = placement(object, definition)?;
+    let target = helm::Target::new(
+        kubeconfig_for(&context.kube_config, &placement.namespace)?,
+        &placement.namespace,
+    );
+    let existed = context
+        .helm
+        .uninstall(&target, &placement.release)
+        .await
+        .map_err(Error::Helm)?;
+    if existed {
+        publish(
+            context,
+            object,
+            EventType::Normal,
+            "Uninstalled",
+            &format!("release {} uninstalled", placement.release),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
+async fn write_status(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    status: &CompositionStatus,
+) -> Result<(), Error> {
+    let types = object.types.clone().unwrap_or_default();
+    let patch = json!({"apiVersion": types.api_version, "kind": types.kind, "status": status});
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::Kube("write status", e))?;
+    Ok(())
+}
+
+/// An event when Ready changes status or reason, never on a plain resync.
+async fn publish_transition(
+    context: &Context,
+    object: &DynamicObject,
+    before: &CompositionStatus,
+    after: &CompositionStatus,
+) {
+    let old =
+        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
+    let Some(new) = find_condition(&after.conditions, "Ready") else {
+        return;
+    };
+    if new.status == "True" || old == Some((new.status.clone(), new.reason.clone())) {
+        return;
+    }
+    publish(
+        context,
+        object,
+        EventType::Warning,
+        &new.reason,
+        &new.message,
+    )
+    .await;
+}
+
+async fn publish(
+    context: &Context,
+    object: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = context
+        .recorder
+        .publish(&event, &object.object_ref(&context.resource))
+        .await
+    {
+        tracing::warn!(%error, "cannot publish event");
+    }
+}

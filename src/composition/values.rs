@@ -1,0 +1,186 @@
+//! What a composition asks for: its values, its release name, and the fingerprint of an install.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::crd::CLUSTER_REF;
+
+/// Longest Helm release name.
+pub const MAX_RELEASE_NAME: usize = 53;
+
+/// The values of a composition: its `spec` without the keys compositor reserves.
+pub fn values_of(spec: Option<&Value>) -> Value {
+    let mut values = spec.and_then(Value::as_object).cloned().unwrap_or_default();
+    values.remove(CLUSTER_REF);
+    Value::Object(values)
+}
+
+/// `values` merged over the chart's defaults the way Helm merges them: objects deeply, anything
+/// else replaced, and a `null` removes the default.
+pub fn merged_over(defaults: &Value, values: &Value) -> Value {
+    match (defaults, values) {
+        (Value::Object(defaults), Value::Object(values)) => {
+            let mut merged: Map<String, Value> = defaults.clone();
+            for (key, value) in values {
+                match (merged.get(key), value) {
+                    (_, Value::Null) => {
+                        merged.remove(key);
+                    }
+                    (Some(default), value) => {
+                        let value = merged_over(default, value);
+                        merged.insert(key.clone(), value);
+                    }
+                    (None, value) => {
+                        merged.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            Value::Object(merged)
+        }
+        (_, values) => values.clone(),
+    }
+}
+
+/// The release name: the `compositor.dev/release-name` annotation, else the object's name;
+/// Helm refuses names over 53 characters, so they are refused here first, with the reason.
+pub fn release_name(annotation: Option<&str>, name: &str) -> Result<String, String> {
+    let release = annotation.filter(|a| !a.is_empty()).unwrap_or(name);
+    if release.len() > MAX_RELEASE_NAME {
+        return Err(format!(
+            "release name {release:?} is {} characters long; Helm allows {MAX_RELEASE_NAME} (set the compositor.dev/release-name annotation)",
+            release.len()
+        ));
+    }
+    Ok(release.to_string())
+}
+
+/// What an install depends on: the chart's digest, the values, where it goes and which Helm
+/// installs it. Equal fingerprints mean a new install would change nothing.
+pub fn fingerprint(
+    chart_digest: &str,
+    values: &Value,
+    cluster: &str,
+    namespace: &str,
+    engine: &str,
+) -> String {
+    let mut hash = Sha256::new();
+    for part in [chart_digest, &canonical(values), cluster, namespace, engine] {
+        hash.update(part.len().to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    format!("sha256:{}", hex::encode(hash.finalize()))
+}
+
+/// JSON with object keys sorted at every level, so equal values print equally.
+fn canonical(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<_> = map.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&map[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reserved_keys_are_not_values() {
+        let spec = json!({"replicaCount": 2, "clusterRef": {"name": "edge"}});
+        assert_eq!(values_of(Some(&spec)), json!({"replicaCount": 2}));
+        assert_eq!(values_of(None), json!({}));
+    }
+
+    #[test]
+    fn values_merge_like_helm() {
+        let defaults =
+            json!({"image": {"repository": "r", "tag": "1"}, "replicas": 1, "extra": {"a": 1}});
+        let values = json!({"image": {"tag": "2"}, "extra": null, "new": [1]});
+        assert_eq!(
+            merged_over(&defaults, &values),
+            json!({"image": {"repository": "r", "tag": "2"}, "replicas": 1, "new": [1]})
+        );
+    }
+
+    #[test]
+    fn release_names_are_checked() {
+        assert_eq!(release_name(None, "acme").unwrap(), "acme");
+        assert_eq!(release_name(Some("shared"), "acme").unwrap(), "shared");
+        let error = release_name(None, &"a".repeat(54)).unwrap_err();
+        assert!(
+            error.contains("54 characters") && error.contains("53"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn fingerprints_ignore_key_order_and_see_every_input() {
+        let a = fingerprint(
+            "sha256:1",
+            &json!({"a": 1, "b": {"c": 2, "d": 3}}),
+            "local",
+            "ns",
+            "v4",
+        );
+        let b = fingerprint(
+            "sha256:1",
+            &json!({"b": {"d": 3, "c": 2}, "a": 1}),
+            "local",
+            "ns",
+            "v4",
+        );
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            fingerprint(
+                "sha256:2",
+                &json!({"a": 1, "b": {"c": 2, "d": 3}}),
+                "local",
+                "ns",
+                "v4"
+            )
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                "sha256:1",
+                &json!({"a": 2, "b": {"c": 2, "d": 3}}),
+                "local",
+                "ns",
+                "v4"
+            )
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                "sha256:1",
+                &json!({"a": 1, "b": {"c": 2, "d": 3}}),
+                "local",
+                "other",
+                "v4"
+            )
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                "sha256:1",
+                &json!({"a": 1, "b": {"c": 2, "d": 3}}),
+                "local",
+                "ns",
+                "v5"
+            )
+        );
+    }
+}
