@@ -267,7 +267,14 @@ impl Engine {
         match self.run(MANIFEST, &workspace, &args.0).await {
             // Uninstalled between the two calls.
             Err(error) if error.is_release_not_found() => Ok(None),
-            manifest => Ok(Some(metadata.into_release(manifest?))),
+            // `get manifest` prints the stored manifest plus a newline of its own.
+            manifest => {
+                let mut manifest = manifest?;
+                if manifest.ends_with('\n') {
+                    manifest.pop();
+                }
+                Ok(Some(metadata.into_release(manifest)))
+            }
         }
     }
 
