@@ -466,3 +466,89 @@ async fn credentials_reach_helm_only_in_a_private_kubeconfig_file() {
         "{modes}"
     );
 }
+
+/// Packs a one-template chart `name-0.1.0.tgz` into `dir`, as `helm package` would lay it out.
+fn pack_chart(dir: &Path, name: &str, template: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}-0.1.0.tgz"));
+    let file = std::fs::File::create(&path).expect("chart file");
+    let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::default(),
+    ));
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    for (file, content) in [
+        ("Chart.yaml", chart_yaml.as_str()),
+        ("templates/object.yaml", template),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        archive
+            .append_data(&mut header, format!("{name}/{file}"), content.as_bytes())
+            .expect("chart entry");
+    }
+    archive
+        .into_inner()
+        .and_then(|gz| gz.finish())
+        .expect("chart archive");
+    path
+}
+
+#[tokio::test]
+async fn old_apiservers_need_client_side_apply_and_a_failed_install_can_be_upgraded() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-ssa").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A Service port without `protocol`: fine for client-side apply, refused by server-side
+    // apply before Kubernetes 1.22.
+    let chart = pack_chart(
+        dir.path(),
+        "no-protocol",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: {{ .Release.Name }}}\nspec:\n  ports: [{port: 80}]\n",
+    );
+    let metrics = Arc::new(Metrics::default());
+    let target = Target::new(admin_kubeconfig(), &namespace);
+    let server = client.apiserver_version().await.expect("apiserver version");
+    let minor: u32 = server
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .expect("minor version");
+    let old = server.major == "1" && minor < 22;
+    let first = engine(&metrics)
+        .upgrade_install(
+            &target,
+            "svc",
+            &chart,
+            &json!({}),
+            UpgradeOptions::default(),
+        )
+        .await;
+    if old {
+        let error = first.expect_err("server-side apply on an old apiserver");
+        assert!(error.to_string().contains("protocol"), "{error}");
+        let failed = engine(&metrics)
+            .status(&target, "svc")
+            .await
+            .expect("status")
+            .expect("a failed release is recorded");
+        assert_eq!((failed.revision, failed.status), (1, ReleaseStatus::Failed));
+    } else {
+        first.expect("server-side apply on a current apiserver");
+    }
+    let release = engine(&metrics)
+        .with_server_side(false)
+        .upgrade_install(
+            &target,
+            "svc",
+            &chart,
+            &json!({}),
+            UpgradeOptions::default(),
+        )
+        .await
+        .expect("client-side apply");
+    assert_eq!(
+        (release.revision, release.status),
+        (2, ReleaseStatus::Deployed)
+    );
+}
