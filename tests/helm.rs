@@ -2,12 +2,21 @@
 
 mod support;
 
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use compositor::helm::{Engine, Error, parse_manifest};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use compositor::helm::{
+    Engine, Error, Release, ReleaseStatus, Target, UpgradeOptions, parse_manifest,
+};
 use compositor::runtime::Metrics;
-use serde_json::json;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
 
 fn engine(metrics: &Arc<Metrics>) -> Engine {
     Engine::locate(
@@ -72,4 +81,474 @@ async fn a_failing_call_reports_helms_own_words() {
     );
     assert_eq!(error.reason(), "HelmFailed");
     assert_eq!(metrics.helm_calls("template"), 1);
+}
+
+/// The test bed's admin kubeconfig, as the controller would hand it over: content, not a path.
+fn admin_kubeconfig() -> String {
+    std::fs::read_to_string(support::env("KUBECONFIG")).expect("read the test bed kubeconfig")
+}
+
+/// The admin kubeconfig with its token replaced by `token`.
+fn kubeconfig_with_token(token: &str) -> String {
+    let mut config: Value = serde_saphyr::from_str(&admin_kubeconfig()).expect("kubeconfig YAML");
+    for user in config["users"].as_array_mut().expect("users") {
+        user["user"] = json!({"token": token});
+    }
+    config.to_string()
+}
+
+async fn greeting(client: &kube::Client, namespace: &str, release: &str) -> String {
+    let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get(&format!("{release}-config"))
+        .await
+        .expect("the release's ConfigMap");
+    map.data.expect("data")["greeting"].clone()
+}
+
+/// Rewrites the state Helm stored for `revision` — the `status` label and, because that is what
+/// Helm 4 reads back, `info.status` inside the gzipped release record — as a crash would leave it.
+async fn set_stored_status(
+    client: &kube::Client,
+    namespace: &str,
+    release: &str,
+    revision: u64,
+    status: &str,
+) {
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let name = format!("sh.helm.release.v1.{release}.v{revision}");
+    let mut secret = secrets.get(&name).await.expect("release record");
+    let data = secret.data.as_mut().expect("record data");
+    let stored = data.get_mut("release").expect("release key");
+    let gzipped = BASE64.decode(&stored.0).expect("base64 record");
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut json)
+        .expect("gzipped record");
+    let mut record: Value = serde_json::from_slice(&json).expect("JSON record");
+    record["info"]["status"] = json!(status);
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(record.to_string().as_bytes())
+        .expect("gzip");
+    *stored = ByteString(BASE64.encode(encoder.finish().expect("gzip")).into_bytes());
+    secret
+        .metadata
+        .labels
+        .as_mut()
+        .expect("record labels")
+        .insert("status".into(), status.into());
+    secrets
+        .replace(&name, &PostParams::default(), &secret)
+        .await
+        .expect("rewrite release record");
+}
+
+fn assert_release(release: &Release, revision: u64, chart_version: &str) {
+    assert_eq!(
+        (
+            release.revision,
+            &release.status,
+            release.chart_version.as_str()
+        ),
+        (revision, &ReleaseStatus::Deployed, chart_version),
+        "{release:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstall() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-life").await;
+    let metrics = Arc::new(Metrics::default());
+    let helm = engine(&metrics);
+    let target = Target::new(admin_kubeconfig(), &namespace);
+    let release = "fw";
+    let v115 = support::packaged_chart("fireworks-app", "1.1.5");
+    let v116 = support::packaged_chart("fireworks-app", "1.1.6");
+    let options = UpgradeOptions::default();
+
+    assert_eq!(helm.status(&target, release).await.expect("status"), None);
+    assert!(
+        helm.history(&target, release)
+            .await
+            .expect("history")
+            .is_empty()
+    );
+
+    let installed = helm
+        .upgrade_install(
+            &target,
+            release,
+            &v115,
+            &json!({"app": {"greeting": "hi"}}),
+            options,
+        )
+        .await
+        .expect("install");
+    assert_release(&installed, 1, "1.1.5");
+    assert_eq!(
+        (installed.name.as_str(), installed.namespace.as_str()),
+        (release, namespace.as_str())
+    );
+    let kinds: Vec<_> = parse_manifest(&installed.manifest)
+        .expect("manifest")
+        .into_iter()
+        .map(|o| o.kind)
+        .collect();
+    assert!(kinds.contains(&"ConfigMap".to_string()), "{kinds:?}");
+    let status = helm
+        .status(&target, release)
+        .await
+        .expect("status")
+        .expect("release");
+    assert_eq!(status, installed);
+    assert_eq!(greeting(&client, &namespace, release).await, "hi");
+
+    // The values are the whole truth: empty values mean the chart's defaults, not the last ones.
+    let upgraded = helm
+        .upgrade_install(&target, release, &v115, &json!({}), options)
+        .await
+        .expect("upgrade values");
+    assert_release(&upgraded, 2, "1.1.5");
+    assert_eq!(greeting(&client, &namespace, release).await, "hello");
+
+    let upgraded = helm
+        .upgrade_install(
+            &target,
+            release,
+            &v116,
+            &json!({"app": {"greeting": "again"}}),
+            options,
+        )
+        .await
+        .expect("upgrade chart");
+    assert_release(&upgraded, 3, "1.1.6");
+    assert_eq!(greeting(&client, &namespace, release).await, "again");
+
+    let history = helm.history(&target, release).await.expect("history");
+    let summary: Vec<_> = history
+        .iter()
+        .map(|r| (r.revision, r.status.clone(), r.chart_version.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, ReleaseStatus::Superseded, "1.1.5"),
+            (2, ReleaseStatus::Superseded, "1.1.5"),
+            (3, ReleaseStatus::Deployed, "1.1.6"),
+        ]
+    );
+
+    helm.rollback(&target, release, 1).await.expect("rollback");
+    let rolled_back = helm
+        .status(&target, release)
+        .await
+        .expect("status")
+        .expect("release");
+    assert_release(&rolled_back, 4, "1.1.5");
+    assert_eq!(greeting(&client, &namespace, release).await, "hi");
+
+    // A process that died mid-upgrade leaves the last revision pending; Helm then refuses to
+    // upgrade, and the status says so, so that the controller can roll back.
+    set_stored_status(&client, &namespace, release, 4, "pending-upgrade").await;
+    let stuck = helm
+        .status(&target, release)
+        .await
+        .expect("status")
+        .expect("release");
+    assert_eq!(stuck.status, ReleaseStatus::PendingUpgrade);
+    assert!(stuck.status.is_pending());
+    let refused = helm
+        .upgrade_install(&target, release, &v116, &json!({}), options)
+        .await
+        .expect_err("upgrade of a pending release");
+    assert!(
+        matches!(
+            refused,
+            Error::Failed {
+                verb: "upgrade",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    helm.rollback(&target, release, 3)
+        .await
+        .expect("recovering rollback");
+    let recovered = helm
+        .status(&target, release)
+        .await
+        .expect("status")
+        .expect("release");
+    assert_release(&recovered, 5, "1.1.6");
+
+    assert!(helm.uninstall(&target, release).await.expect("uninstall"));
+    assert_eq!(helm.status(&target, release).await.expect("status"), None);
+    assert!(
+        helm.history(&target, release)
+            .await
+            .expect("history")
+            .is_empty()
+    );
+    assert!(
+        !helm
+            .uninstall(&target, release)
+            .await
+            .expect("second uninstall")
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+            .get_opt(&format!("{release}-config"))
+            .await
+            .expect("read ConfigMap")
+            .is_none()
+    );
+
+    assert_eq!(metrics.helm_calls("upgrade"), 4);
+    assert_eq!(metrics.helm_calls("rollback"), 2);
+    assert_eq!(metrics.helm_calls("uninstall"), 2);
+}
+
+#[tokio::test]
+async fn an_install_with_values_the_schema_refuses_names_the_field() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-schema").await;
+    let metrics = Arc::new(Metrics::default());
+    let target = Target::new(admin_kubeconfig(), &namespace);
+    let error = engine(&metrics)
+        .upgrade_install(
+            &target,
+            "bad",
+            &support::packaged_chart("fireworks-app", "1.1.5"),
+            &json!({"git": {"repository": "Not Valid"}}),
+            UpgradeOptions::default(),
+        )
+        .await
+        .expect_err("schema violation");
+    let Error::Failed { verb, message } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*verb, "upgrade");
+    assert!(
+        message.contains("git") && message.contains("repository") && !message.starts_with("Error:"),
+        "{message}"
+    );
+    assert_eq!(error.reason(), "HelmFailed");
+    assert_eq!(
+        engine(&metrics)
+            .status(&target, "bad")
+            .await
+            .expect("status"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_token_fails_without_showing_it() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-token").await;
+    let token = format!("not-the-token-{}", support::unique("t"));
+    let target = Target::new(kubeconfig_with_token(&token), &namespace);
+    let metrics = Arc::new(Metrics::default());
+    let helm = engine(&metrics);
+    let errors = [
+        helm.status(&target, "fw")
+            .await
+            .expect_err("status with a wrong token"),
+        helm.upgrade_install(
+            &target,
+            "fw",
+            &support::packaged_chart("plain", "0.1.0"),
+            &json!({}),
+            UpgradeOptions::default(),
+        )
+        .await
+        .expect_err("install with a wrong token"),
+    ];
+    for error in errors {
+        let Error::Failed { message, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert!(
+            !message.is_empty() && !message.contains(&token),
+            "{message}"
+        );
+    }
+}
+
+/// A `helm` that records its arguments, environment and kubeconfig mode, then runs the real one.
+fn recording_helm(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("helm");
+    let log = dir.display();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nfor arg in \"$@\"; do printf '%s\\n' \"$arg\"; done >> {log}/argv\n\
+             /usr/bin/env >> {log}/env\n\
+             /usr/bin/stat -c %a \"$KUBECONFIG\" >> {log}/modes 2>/dev/null\n\
+             exec {} \"$@\"\n",
+            support::env("HELM_BIN")
+        ),
+    )
+    .expect("write wrapper");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    script
+}
+
+#[tokio::test]
+async fn credentials_reach_helm_only_in_a_private_kubeconfig_file() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-argv").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let metrics = Arc::new(Metrics::default());
+    // Client-side apply, as Kubernetes before 1.22 needs, into a namespace helm creates.
+    let helm = Engine::locate(
+        Some(recording_helm(dir.path())),
+        Duration::from_secs(60),
+        metrics.clone(),
+    )
+    .expect("helm")
+    .with_server_side(false);
+    let kubeconfig = admin_kubeconfig();
+    let created = format!("{namespace}-new");
+    let target = Target::new(kubeconfig.clone(), &created);
+    let options = UpgradeOptions {
+        create_namespace: true,
+        wait: true,
+    };
+    let installed = helm
+        .upgrade_install(
+            &target,
+            "plain",
+            &support::packaged_chart("plain", "0.1.0"),
+            &json!({"message": "hi"}),
+            options,
+        )
+        .await
+        .expect("install");
+    assert_eq!(
+        (installed.revision, &installed.status),
+        (1, &ReleaseStatus::Deployed)
+    );
+    let map = Api::<ConfigMap>::namespaced(client.clone(), &created)
+        .get("plain-plain")
+        .await
+        .expect("ConfigMap in the created namespace");
+    let operations: Vec<_> = map
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|f| f.operation)
+        .collect();
+    assert_eq!(operations, ["Update"], "applied client-side");
+    assert!(helm.uninstall(&target, "plain").await.expect("uninstall"));
+
+    let token = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("token:"))
+        .map(str::trim)
+        .expect("the test bed kubeconfig has a token");
+    let argv = std::fs::read_to_string(dir.path().join("argv")).expect("argv log");
+    let env = std::fs::read_to_string(dir.path().join("env")).expect("env log");
+    assert!(argv.contains("--server-side=false"), "{argv}");
+    for (what, text) in [("argv", &argv), ("env", &env)] {
+        assert!(!text.contains(token), "the token is in helm's {what}");
+        assert!(
+            !text.contains("certificate-authority-data"),
+            "kubeconfig content in helm's {what}"
+        );
+    }
+    let modes = std::fs::read_to_string(dir.path().join("modes")).expect("modes log");
+    assert!(
+        !modes.trim().is_empty() && modes.lines().all(|mode| mode == "600"),
+        "{modes}"
+    );
+}
+
+/// Packs a one-template chart `name-0.1.0.tgz` into `dir`, as `helm package` would lay it out.
+fn pack_chart(dir: &Path, name: &str, template: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}-0.1.0.tgz"));
+    let file = std::fs::File::create(&path).expect("chart file");
+    let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::default(),
+    ));
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    for (file, content) in [
+        ("Chart.yaml", chart_yaml.as_str()),
+        ("templates/object.yaml", template),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        archive
+            .append_data(&mut header, format!("{name}/{file}"), content.as_bytes())
+            .expect("chart entry");
+    }
+    archive
+        .into_inner()
+        .and_then(|gz| gz.finish())
+        .expect("chart archive");
+    path
+}
+
+#[tokio::test]
+async fn old_apiservers_need_client_side_apply_and_a_failed_install_can_be_upgraded() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-ssa").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A Service port without `protocol`: fine for client-side apply, refused by server-side
+    // apply before Kubernetes 1.22.
+    let chart = pack_chart(
+        dir.path(),
+        "no-protocol",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: {{ .Release.Name }}}\nspec:\n  ports: [{port: 80}]\n",
+    );
+    let metrics = Arc::new(Metrics::default());
+    let target = Target::new(admin_kubeconfig(), &namespace);
+    let server = client.apiserver_version().await.expect("apiserver version");
+    let minor: u32 = server
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .expect("minor version");
+    let old = server.major == "1" && minor < 22;
+    let first = engine(&metrics)
+        .upgrade_install(
+            &target,
+            "svc",
+            &chart,
+            &json!({}),
+            UpgradeOptions::default(),
+        )
+        .await;
+    if old {
+        let error = first.expect_err("server-side apply on an old apiserver");
+        assert!(error.to_string().contains("protocol"), "{error}");
+        let failed = engine(&metrics)
+            .status(&target, "svc")
+            .await
+            .expect("status")
+            .expect("a failed release is recorded");
+        assert_eq!((failed.revision, failed.status), (1, ReleaseStatus::Failed));
+    } else {
+        first.expect("server-side apply on a current apiserver");
+    }
+    let release = engine(&metrics)
+        .with_server_side(false)
+        .upgrade_install(
+            &target,
+            "svc",
+            &chart,
+            &json!({}),
+            UpgradeOptions::default(),
+        )
+        .await
+        .expect("client-side apply");
+    assert_eq!(
+        (release.revision, release.status),
+        (2, ReleaseStatus::Deployed)
+    );
 }

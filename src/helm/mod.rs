@@ -13,6 +13,12 @@
 //! apply of lists keyed by a field the object omits (a container port or Service port without
 //! `protocol`: "associative list with keys has an element that omits key field"), so an engine
 //! for such clusters is built with [`Engine::with_server_side`]`(false)`.
+//!
+//! Each helm process is counted under its subcommand (`upgrade`, `rollback`, `uninstall`,
+//! `history`, and `get metadata` plus `get manifest` for [`Engine::status`]); "release: not
+//! found" is an answer, counted as a success. [`Engine::status`] needs Helm 3.13 or later; the
+//! other calls work with Helm 3.8 and later. Helm runs with an empty environment, so a
+//! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
 mod manifest;
 mod release;
@@ -267,7 +273,14 @@ impl Engine {
         match self.run(MANIFEST, &workspace, &args.0).await {
             // Uninstalled between the two calls.
             Err(error) if error.is_release_not_found() => Ok(None),
-            manifest => Ok(Some(metadata.into_release(manifest?))),
+            // `get manifest` prints the stored manifest plus a newline of its own.
+            manifest => {
+                let mut manifest = manifest?;
+                if manifest.ends_with('\n') {
+                    manifest.pop();
+                }
+                Ok(Some(metadata.into_release(manifest)))
+            }
         }
     }
 
