@@ -157,7 +157,20 @@ impl Context {
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let client = Client::try_from(kube_config.clone())?;
-        let helm_version = helm.version().await?;
+        // Server-side apply of list items without their key (a port without `protocol`) fails
+        // before Kubernetes 1.22, so older clusters get client-side apply.
+        let server = client.apiserver_version().await?;
+        let server_side = (
+            server.major.as_str(),
+            server
+                .minor
+                .trim_end_matches('+')
+                .parse::<u32>()
+                .unwrap_or(u32::MAX),
+        ) >= ("1", 22);
+        let helm = helm.with_server_side(server_side);
+        // How Helm applies is part of what an install depends on.
+        let helm_version = format!("{} server-side={server_side}", helm.version().await?);
         let resource = discover(&client, &config.group, &config.version, &config.resource).await?;
         let reporter = Reporter {
             controller: format!("compositor-{}-{}", config.resource, config.version),
