@@ -23,19 +23,7 @@ fn context<E: std::error::Error + Send + Sync + 'static>(
     what: impl Into<String>,
 ) -> impl FnOnce(E) -> CommandError {
     let what = what.into();
-    move |error| format!("{what}: {}", chain(&error)).into()
-}
-
-/// The error and its sources on one line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
+    move |error| format!("{what}: {}", runtime::error_message(&error)).into()
 }
 
 fn default_cache_dir() -> PathBuf {

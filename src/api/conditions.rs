@@ -18,7 +18,7 @@ pub fn set_condition(
     observed_generation: Option<i64>,
 ) {
     let status = if status { "True" } else { "False" }.to_string();
-    let message = shorten(message);
+    let message = crate::runtime::shorten(message, MESSAGE_LIMIT);
     let transitioned = |existing: &Condition| existing.status != status;
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => {
@@ -44,17 +44,6 @@ pub fn set_condition(
 /// The condition of type `type_`, if set.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn shorten(message: &str) -> String {
-    if message.len() <= MESSAGE_LIMIT {
-        return message.to_string();
-    }
-    let mut end = MESSAGE_LIMIT;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]

@@ -409,7 +409,7 @@ async fn apply(
             status.observed_generation = generation;
         }
         Err(error) => {
-            let message = crate::commands::chain(error);
+            let message = crate::runtime::error_message(error);
             status.phase = Some(Phase::Failed);
             set_condition(
                 &mut status.conditions,

@@ -313,25 +313,10 @@ fn error_policy(
             Action::requeue(Duration::from_secs(300))
         }
         error => {
-            tracing::warn!(definition = %definition.name_any(), error = %error_chain(error), "reconcile failed");
+            tracing::warn!(definition = %definition.name_any(), error = %crate::runtime::error_message(error), "reconcile failed");
             Action::requeue(Duration::from_secs(15))
         }
     }
-}
-
-/// The error with its sources, for messages; the apiserver's own message stands for an API error.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = Vec::new();
-    let mut next = Some(error);
-    while let Some(current) = next {
-        if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {
-            parts.push(status.message.clone());
-            break;
-        }
-        parts.push(current.to_string());
-        next = current.source();
-    }
-    parts.join(": ")
 }
 
 /// One reconcile of a live definition; on failure the failing step's condition says why.
@@ -367,7 +352,7 @@ async fn apply(
         }
         Err(error) => {
             let (condition, reason) = error.reason();
-            let message = error_chain(error);
+            let message = crate::runtime::error_message(error);
             if condition != "Ready" {
                 set_condition(
                     &mut status.conditions,

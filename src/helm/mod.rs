@@ -508,14 +508,7 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 /// Helm's stderr without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
 fn shorten(stderr: &str) -> String {
     let message = stderr.trim().trim_start_matches("Error: ").trim();
-    if message.len() <= MESSAGE_LIMIT {
-        return message.to_string();
-    }
-    let mut end = MESSAGE_LIMIT;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
+    crate::runtime::shorten(message, MESSAGE_LIMIT)
 }
 
 #[cfg(test)]

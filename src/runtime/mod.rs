@@ -2,8 +2,10 @@
 //! shutdown on a signal.
 
 mod metrics;
+mod text;
 
 pub use metrics::{HelmOutcome, Metrics, ReconcileOutcome};
+pub use text::{error_message, shorten};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
