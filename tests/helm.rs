@@ -2,20 +2,16 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use compositor::helm::{
     Engine, Error, Release, ReleaseStatus, Target, UpgradeOptions, parse_manifest,
 };
 use compositor::runtime::Metrics;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use serde_json::{Value, json};
 
 fn engine(metrics: &Arc<Metrics>) -> Engine {
@@ -103,44 +99,6 @@ async fn greeting(client: &kube::Client, namespace: &str, release: &str) -> Stri
         .await
         .expect("the release's ConfigMap");
     map.data.expect("data")["greeting"].clone()
-}
-
-/// Rewrites the state Helm stored for `revision` — the `status` label and, because that is what
-/// Helm 4 reads back, `info.status` inside the gzipped release record — as a crash would leave it.
-async fn set_stored_status(
-    client: &kube::Client,
-    namespace: &str,
-    release: &str,
-    revision: u64,
-    status: &str,
-) {
-    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
-    let name = format!("sh.helm.release.v1.{release}.v{revision}");
-    let mut secret = secrets.get(&name).await.expect("release record");
-    let data = secret.data.as_mut().expect("record data");
-    let stored = data.get_mut("release").expect("release key");
-    let gzipped = BASE64.decode(&stored.0).expect("base64 record");
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(gzipped.as_slice())
-        .read_to_end(&mut json)
-        .expect("gzipped record");
-    let mut record: Value = serde_json::from_slice(&json).expect("JSON record");
-    record["info"]["status"] = json!(status);
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder
-        .write_all(record.to_string().as_bytes())
-        .expect("gzip");
-    *stored = ByteString(BASE64.encode(encoder.finish().expect("gzip")).into_bytes());
-    secret
-        .metadata
-        .labels
-        .as_mut()
-        .expect("record labels")
-        .insert("status".into(), status.into());
-    secrets
-        .replace(&name, &PostParams::default(), &secret)
-        .await
-        .expect("rewrite release record");
 }
 
 fn assert_release(release: &Release, revision: u64, chart_version: &str) {
@@ -250,7 +208,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
 
     // A process that died mid-upgrade leaves the last revision pending; Helm then refuses to
     // upgrade, and the status says so, so that the controller can roll back.
-    set_stored_status(&client, &namespace, release, 4, "pending-upgrade").await;
+    support::set_stored_status(&client, &namespace, release, 4, "pending-upgrade").await;
     let stuck = helm
         .status(&target, release)
         .await

@@ -1142,19 +1142,9 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
-    let cache = tempfile::tempdir().unwrap();
-    let controller = support::run_deployment(
-        &fixture.client,
-        &fixture.namespace,
-        "fireworksapps-v1-1-5-controller",
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (controller, _cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .await;
 
     let team = support::namespace(&fixture.client, "ctl-team").await;
     let compositions = fixture.compositions("v1-1-5", &team);
@@ -1278,19 +1268,9 @@ async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() 
     let definition = fixture.wait_condition("guarded", "Ready", "True").await;
     let crd = definition.status.unwrap().crd.unwrap();
     let version = crd.stored_version.clone();
-    let cache = tempfile::tempdir().unwrap();
-    let controller = support::run_deployment(
-        &fixture.client,
-        &fixture.namespace,
-        &format!("{}-{version}-controller", crd.plural),
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (controller, _cache) = fixture
+        .run_controller(&format!("{}-{version}-controller", crd.plural), &[])
+        .await;
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(&fixture.group, &version, &crd.kind),
         &crd.plural,
@@ -1370,4 +1350,196 @@ async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() 
         maps.get_opt("greedy").await.unwrap().is_none(),
         "nothing installed halfway"
     );
+}
+
+impl Fixture {
+    /// Runs the controller Deployment `name` of this definition's namespace as the test bed's
+    /// kubelet would, with its own token; extra flags keep parallel tests apart.
+    async fn run_controller(
+        &self,
+        name: &str,
+        extra: &[&str],
+    ) -> (support::Process, tempfile::TempDir) {
+        let cache = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let process = support::run_deployment(&self.client, &self.namespace, name, &args).await;
+        (process, cache)
+    }
+
+    fn fireworksapp(&self, name: &str, repository: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": format!("{}/v1-1-5", self.group), "kind": "FireworksApp",
+            "metadata": {"name": name}, "spec": {"git": {"repository": repository}}
+        }))
+        .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_release_stuck_mid_upgrade_is_recovered_and_pause_stops_everything() {
+    let fixture = Fixture::new("ctl-recover").await;
+    fixture.apply_fireworksapp("1.1.5").await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let (controller, _cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .await;
+    let compositions = fixture.compositions("v1-1-5", &fixture.namespace);
+    compositions
+        .create(
+            &PostParams::default(),
+            &fixture.fireworksapp("acme", "acme"),
+        )
+        .await
+        .unwrap();
+    wait_composition(
+        &compositions,
+        "acme",
+        "Ready",
+        phase_is("Ready"),
+        &controller,
+    )
+    .await;
+
+    // A crash during `helm upgrade` leaves the release pending; the next change recovers it.
+    support::set_stored_status(
+        &fixture.client,
+        &fixture.namespace,
+        "acme",
+        1,
+        "pending-upgrade",
+    )
+    .await;
+    let patch = json!({"spec": {"replicaCount": 2}});
+    compositions
+        .patch("acme", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    let status = wait_composition(
+        &compositions,
+        "acme",
+        "recovered",
+        |s| s["phase"] == "Ready" && s["clusters"][0]["revision"].as_i64() > Some(1),
+        &controller,
+    )
+    .await;
+    let helm = support::Helm::new();
+    let history: Value = serde_json::from_str(&helm.ok(
+        &["history", "acme", "-n", &fixture.namespace, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["status"], "deployed", "{history}");
+    assert_eq!(status["clusters"][0]["revision"], last["revision"]);
+
+    // Paused: a spec change and even deletion wait.
+    let pause =
+        |value: &str| json!({"metadata": {"annotations": {"compositor.dev/paused": value}}});
+    compositions
+        .patch(
+            "acme",
+            &PatchParams::default(),
+            &Patch::Merge(pause("true")),
+        )
+        .await
+        .unwrap();
+    wait_composition(
+        &compositions,
+        "acme",
+        "paused",
+        phase_is("Paused"),
+        &controller,
+    )
+    .await;
+    let revisions = history.as_array().unwrap().len();
+    compositions
+        .patch(
+            "acme",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicaCount": 3}})),
+        )
+        .await
+        .unwrap();
+    compositions
+        .delete("acme", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let history: Value = serde_json::from_str(&helm.ok(
+        &["history", "acme", "-n", &fixture.namespace, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        history.as_array().unwrap().len(),
+        revisions,
+        "no Helm work while paused"
+    );
+    assert!(
+        compositions.get_opt("acme").await.unwrap().is_some(),
+        "deletion waits while paused"
+    );
+    compositions
+        .patch(
+            "acme",
+            &PatchParams::default(),
+            &Patch::Merge(pause("false")),
+        )
+        .await
+        .unwrap();
+    support::eventually(
+        "uninstalled once resumed",
+        Duration::from_secs(60),
+        || async { compositions.get_opt("acme").await.unwrap().is_none() },
+    )
+    .await;
+    assert!(
+        !helm
+            .run(&["status", "acme", "-n", &fixture.namespace], None)
+            .status
+            .success()
+    );
+}
+
+#[tokio::test]
+async fn many_compositions_in_parallel_all_become_ready() {
+    const COUNT: usize = 12;
+    let fixture = Fixture::new("ctl-many").await;
+    fixture.apply_fireworksapp("1.1.5").await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let (controller, _cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &["--workers", "4"])
+        .await;
+    let compositions = fixture.compositions("v1-1-5", &fixture.namespace);
+    for i in 0..COUNT {
+        let name = format!("app-{i}");
+        compositions
+            .create(&PostParams::default(), &fixture.fireworksapp(&name, &name))
+            .await
+            .unwrap();
+    }
+    for i in 0..COUNT {
+        let status = wait_composition(
+            &compositions,
+            &format!("app-{i}"),
+            "Ready",
+            phase_is("Ready"),
+            &controller,
+        )
+        .await;
+        assert_eq!(
+            status["clusters"][0]["revision"], 1,
+            "one install each, no conflicts: {status}"
+        );
+    }
 }

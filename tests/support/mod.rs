@@ -253,3 +253,49 @@ pub async fn run_deployment(
         .expect("start controller");
     Process { child, log }
 }
+
+/// Rewrites the state Helm stored for `revision` — the `status` label and, because that is what
+/// Helm 4 reads back, `info.status` inside the gzipped release record — as a crash would leave it.
+pub async fn set_stored_status(
+    client: &kube::Client,
+    namespace: &str,
+    release: &str,
+    revision: u64,
+    status: &str,
+) {
+    use base64::Engine;
+    use std::io::{Read, Write};
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace);
+    let name = format!("sh.helm.release.v1.{release}.v{revision}");
+    let mut secret = secrets.get(&name).await.expect("release record");
+    let data = secret.data.as_mut().expect("record data");
+    let stored = data.get_mut("release").expect("release key");
+    let gzipped = base64::engine::general_purpose::STANDARD
+        .decode(&stored.0)
+        .expect("base64 record");
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut json)
+        .expect("gzipped record");
+    let mut record: serde_json::Value = serde_json::from_slice(&json).expect("JSON record");
+    record["info"]["status"] = serde_json::json!(status);
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(record.to_string().as_bytes())
+        .expect("gzip");
+    *stored = k8s_openapi::ByteString(
+        base64::engine::general_purpose::STANDARD
+            .encode(encoder.finish().expect("gzip"))
+            .into_bytes(),
+    );
+    secret
+        .metadata
+        .labels
+        .as_mut()
+        .expect("record labels")
+        .insert("status".into(), status.into());
+    secrets
+        .replace(&name, &PostParams::default(), &secret)
+        .await
+        .expect("rewrite release record");
+}
