@@ -1208,11 +1208,22 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
         .patch("acme", &PatchParams::default(), &Patch::Merge(touch))
         .await
         .unwrap();
+    let upgrades = r#"compositor_helm_calls_total{verb="upgrade",outcome="Success"}"#;
+    assert_eq!(
+        controller.metric(upgrades).await,
+        2.0,
+        "one install and one upgrade"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         history().as_array().unwrap().len(),
         2,
         "an idle reconcile must not upgrade"
+    );
+    assert_eq!(
+        controller.metric(upgrades).await,
+        2.0,
+        "an idle reconcile makes no Helm write"
     );
 
     // Deleting the composition uninstalls its release.
@@ -1362,6 +1373,8 @@ impl Fixture {
     ) -> (support::Process, tempfile::TempDir) {
         let cache = tempfile::tempdir().unwrap();
         let mut args = vec![
+            "--log-format",
+            "json",
             "--metrics-address",
             "127.0.0.1:0",
             "--cache-dir",

@@ -84,6 +84,7 @@ pub async fn serve(
         .route("/readyz", get(ready))
         .with_state(ServerState { metrics, readiness });
     let listener = tokio::net::TcpListener::bind(address).await?;
+    tracing::info!(address = %listener.local_addr()?, "serving metrics and health");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -178,6 +178,27 @@ impl Process {
         ])
     }
 
+    /// The value of metric `series` (name and labels as exposed), read from the process's
+    /// metrics endpoint; the process must log JSON (`--log-format json`).
+    pub async fn metric(&self, series: &str) -> f64 {
+        let address = self
+            .output()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "serving metrics and health")
+            .and_then(|line| line["address"].as_str().map(str::to_string))
+            .expect("the process logs its metrics address");
+        let text = reqwest::get(format!("http://{address}/metrics"))
+            .await
+            .expect("metrics endpoint")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// What it has logged so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
