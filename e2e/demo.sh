@@ -67,4 +67,42 @@ for check in "list fireworksapps.composition.compositor.dev -A" "get secret/helm
   printf '  can the controller %-48s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
 done
 
-step "Done. Operator log: $TESTBED_DIR/logs/operator.log. Stop everything with: make down"
+step "The test bed has no kubelet: run the controller Deployment locally, with its own ServiceAccount token"
+CONTROLLER=fireworksapps-v1-1-5-controller
+if ! { [ -f "$TESTBED_DIR/pids/controller" ] && kill -0 "$(cat "$TESTBED_DIR/pids/controller")" 2>/dev/null; }; then
+  token=$(kubectl -n demo create token "$CONTROLLER")
+  python3 - "$KUBECONFIG" "$token" >"$TESTBED_DIR/controller.kubeconfig" <<'PY'
+import json, sys, re
+text = open(sys.argv[1]).read()
+print(re.sub(r"token: .*", "token: " + sys.argv[2], text))
+PY
+  chmod 600 "$TESTBED_DIR/controller.kubeconfig"
+  mapfile -t args < <(kubectl -n demo get deployment "$CONTROLLER" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
+  printf '\033[2m$ compositor %s\033[0m\n' "${args[*]}"
+  KUBECONFIG="$TESTBED_DIR/controller.kubeconfig" "$COMPOSITOR" "${args[@]}" --metrics-address 127.0.0.1:0 \
+    --cache-dir "$TESTBED_DIR/controller-cache" >"$TESTBED_DIR/logs/controller.log" 2>&1 &
+  echo $! >"$TESTBED_DIR/pids/controller"
+fi
+
+step "A user asks for a FireworksApp: it becomes a Helm release"
+kubectl create namespace acme --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+cat >"$TESTBED_DIR/acme.yaml" <<YAML
+apiVersion: composition.compositor.dev/v1-1-5
+kind: FireworksApp
+metadata:
+  name: acme
+  namespace: acme
+spec:
+  git: {repository: acme}
+  app: {greeting: hello from acme}
+YAML
+run kubectl apply -f "$TESTBED_DIR/acme.yaml"
+for _ in $(seq 120); do
+  [ "$(kubectl -n acme get fireworksapp acme -o jsonpath='{.status.phase}')" = Ready ] && break
+  sleep 0.5
+done
+run kubectl -n acme get fireworksapps
+run "$HELM_BIN" list -n acme
+run kubectl -n acme get configmap acme-config -o jsonpath='{.data.greeting}'; echo
+
+step "Done. Logs: $TESTBED_DIR/logs/{operator,controller}.log. Stop everything with: make down"
