@@ -31,6 +31,8 @@ pub struct Permissions {
     pub creates_namespaces: bool,
     /// Credential Secrets (in the definition's namespace) the controller reads.
     pub secrets: BTreeSet<String>,
+    /// CA bundle ConfigMaps (in the definition's namespace) the controller reads.
+    pub config_maps: BTreeSet<String>,
     /// Namespaces holding releases of this version: the only places where the controller may
     /// touch namespaced chart kinds and Helm's release Secrets.
     pub release_namespaces: BTreeSet<String>,
@@ -106,6 +108,10 @@ impl Permissions {
                 "secrets",
                 self.secrets.iter().cloned().collect(),
             ));
+        }
+        if !self.config_maps.is_empty() {
+            let names = self.config_maps.iter().cloned().collect();
+            rules.push(get_named("", "configmaps", names));
         }
         rules
     }

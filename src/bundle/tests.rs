@@ -36,6 +36,7 @@ fn controller() -> Controller {
             .into(),
             creates_namespaces: false,
             secrets: ["repo-password".to_string()].into(),
+            config_maps: ["repo-ca".to_string()].into(),
             release_namespaces: ["team-a".to_string(), "team-b".to_string()].into(),
         },
     }
@@ -149,6 +150,7 @@ fn rules_are_exactly_what_helm_needs() {
         json!([
             {"apiGroups": ["compositor.dev"], "resources": ["compositiondefinitions"], "resourceNames": ["fireworksapp"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-password"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["repo-ca"], "verbs": ["get"]},
         ])
     );
 }

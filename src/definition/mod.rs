@@ -509,6 +509,7 @@ async fn converge(
                 kinds: kinds.resolved,
                 creates_namespaces: spec.placement.namespace == NamespacePlacement::CompositionName,
                 secrets: referenced_secrets(definition, context)?,
+                config_maps: referenced_config_maps(definition),
                 release_namespaces: namespaces.release_namespaces(spec.placement.namespace),
             },
         };
@@ -637,6 +638,21 @@ fn referenced_secrets(
         .filter(|(ns, _)| *ns == namespace)
         .map(|(_, name)| name)
         .collect())
+}
+
+/// The CA bundle ConfigMap in the definition's namespace, if the chart source names one (a
+/// bundle of unspecified kind may be either, so it counts as both).
+fn referenced_config_maps(definition: &CompositionDefinition) -> BTreeSet<String> {
+    let own = definition.namespace();
+    definition
+        .spec
+        .chart
+        .ca_bundle_ref
+        .iter()
+        .filter(|r| r.kind != Some(chart::credentials::CaBundleKind::Secret))
+        .filter(|r| r.namespace.is_none() || r.namespace == own)
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 async fn chart_kinds(context: &Context, fetched: &Fetched) -> permissions::ChartKinds {
