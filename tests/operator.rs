@@ -23,7 +23,7 @@ struct Fixture {
     client: Client,
     namespace: String,
     group: String,
-    _operator: support::Process,
+    operator: support::Process,
 }
 
 impl Fixture {
@@ -46,7 +46,7 @@ impl Fixture {
             client,
             namespace,
             group,
-            _operator: operator,
+            operator,
         }
     }
 
@@ -1555,4 +1555,58 @@ async fn many_compositions_in_parallel_all_become_ready() {
             "one install each, no conflicts: {status}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_republished_chart_version_must_keep_its_schema_compatible() {
+    let mut fixture = Fixture::new("op-republish").await;
+    let name = format!("repub-{}", support::unique("c"));
+    let chart = |schema: &str| {
+        publish_chart(
+            &name,
+            &[
+                (
+                    "Chart.yaml",
+                    &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+                ),
+                ("values.schema.json", schema),
+                (
+                    "templates/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\n",
+                ),
+            ],
+        )
+    };
+    let url = chart(
+        r#"{"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}}"#,
+    );
+    fixture.apply_definition("repub", json!({"url": url})).await;
+    fixture.wait_condition("repub", "Ready", "True").await;
+
+    // The same version is published again with `size` as a string; a fresh operator (its cache
+    // does not have the old archive) notices and refuses what stored objects would break on.
+    chart(
+        r#"{"type": "object", "properties": {"size": {"type": "string"}, "color": {"type": "string"}}}"#,
+    );
+    fixture.operator = support::Process::operator(&fixture.namespace);
+    let touch = json!({"metadata": {"annotations": {"test/touch": "1"}}});
+    fixture
+        .definitions()
+        .patch("repub", &PatchParams::default(), &Patch::Merge(touch))
+        .await
+        .unwrap();
+    let definition = fixture.wait_condition("repub", "CRDReady", "False").await;
+    let conditions = definition.status.unwrap().conditions;
+    let condition = find_condition(&conditions, "CRDReady").unwrap();
+    assert_eq!(condition.reason, "SchemaConflict", "{}", condition.message);
+    let crd_name = format!("{}s.{}", name.replace('-', ""), fixture.group);
+    let crd = Api::<CustomResourceDefinition>::all(fixture.client.clone())
+        .get(&crd_name)
+        .await
+        .expect("CRD");
+    let spec = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+    assert!(
+        spec.to_string().contains("color"),
+        "the served schema is unchanged"
+    );
 }
