@@ -30,7 +30,7 @@ pub async fn apply_version(
     let live = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::Kube("crds.rs:1", e))?;
+        .map_err(|e| Error::Kube("read CRD", e))?;
     let mut desired = match &live {
         Some(live) => {
             check_owner(client, live, &owner, &version.name).await?;
@@ -59,10 +59,11 @@ pub async fn apply_version(
     desired
         .annotations_mut()
         .insert(OWNER_ANNOTATION.to_string(), crd_owner);
-    if live.as_ref().is_some_and(|live| {
-        live.spec == desired.spec && live.annotations() == desired.annotations()
-    }) {
-        return live.ok_or(Error::Waiting("CRD"));
+    // Nothing to write when the live CRD already is what we want.
+    if let Some(live) =
+        live.filter(|live| live.spec == desired.spec && live.annotations() == desired.annotations())
+    {
+        return Ok(live);
     }
     api.patch(
         &name,
@@ -70,7 +71,7 @@ pub async fn apply_version(
         &Patch::Apply(&desired),
     )
     .await
-    .map_err(|e| Error::Kube("crds.rs:2", e))
+    .map_err(|e| Error::Kube("apply CRD", e))
 }
 
 /// A CRD made for another definition may be shared only for other versions (multi-version
@@ -94,7 +95,7 @@ async fn check_owner(
     let other = Api::<CompositionDefinition>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .map_err(|e| Error::Kube("crds.rs:3", e))?;
+        .map_err(|e| Error::Kube("read owning definition", e))?;
     match other {
         None => Ok(()),
         Some(_) => Err(Error::CrdOwnedByAnother {

@@ -518,7 +518,7 @@ async fn converge(
             desired_keys.insert(objects::key(&object));
             objects::apply(&context.client, object)
                 .await
-                .map_err(|e| Error::Kube("mod.rs:1", e))?;
+                .map_err(|e| Error::Kube("apply bundle", e))?;
         }
         versions.push(DefinitionVersion {
             version: version.clone(),
@@ -535,7 +535,7 @@ async fn converge(
         &desired_keys,
     )
     .await
-    .map_err(|e| Error::Kube("mod.rs:2", e))?;
+    .map_err(|e| Error::Kube("delete stale bundles", e))?;
 
     status.versions = versions;
     all_warnings.truncate(WARNING_LIMIT);
@@ -590,7 +590,7 @@ async fn list_compositions(
     let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
         .list_metadata(&ListParams::default())
         .await
-        .map_err(|e| Error::Kube("mod.rs:3", e))?;
+        .map_err(|e| Error::Kube("list compositions", e))?;
     let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
     for item in listed.items {
         let version = item
@@ -713,7 +713,7 @@ async fn cleanup(definition: &CompositionDefinition, context: &Context) -> Resul
         if crd_api
             .get_opt(&crd_status.name)
             .await
-            .map_err(|e| Error::Kube("mod.rs:4", e))?
+            .map_err(|e| Error::Kube("read CRD", e))?
             .is_some()
         {
             let remaining =
@@ -731,7 +731,7 @@ async fn cleanup(definition: &CompositionDefinition, context: &Context) -> Resul
         &BTreeSet::new(),
     )
     .await
-    .map_err(|e| Error::Kube("mod.rs:5", e))?;
+    .map_err(|e| Error::Kube("delete bundles", e))?;
     if definition.spec.deletion_policy == DeletionPolicy::Delete
         && let Some(crd_status) = crd_status
     {
@@ -754,7 +754,7 @@ async fn delete_compositions(
     let listed = all
         .list_metadata(&ListParams::default())
         .await
-        .map_err(|e| Error::Kube("mod.rs:6", e))?;
+        .map_err(|e| Error::Kube("list compositions", e))?;
     for item in &listed.items {
         if item.metadata.deletion_timestamp.is_none() {
             let namespace = item.metadata.namespace.clone().unwrap_or_default();
@@ -780,7 +780,7 @@ async fn delete_crd_if_unshared(
     let others = Api::<CompositionDefinition>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(|e| Error::Kube("mod.rs:7", e))?;
+        .map_err(|e| Error::Kube("list definitions", e))?;
     let shared = others.items.iter().any(|other| {
         other.uid() != definition.uid()
             && other.metadata.deletion_timestamp.is_none()
@@ -819,7 +819,7 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await
-    .map_err(|e| Error::Kube("mod.rs:8", e))?;
+    .map_err(|e| Error::Kube("write status", e))?;
     Ok(())
 }
 
