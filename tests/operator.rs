@@ -1202,28 +1202,34 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
         "bonjour"
     );
 
-    // A reconcile with nothing changed makes no new revision.
-    let touch = json!({"metadata": {"annotations": {"test/touch": "1"}}});
-    compositions
-        .patch("acme", &PatchParams::default(), &Patch::Merge(touch))
-        .await
-        .unwrap();
+    // A reconcile with nothing changed runs no Helm at all and makes no new revision.
     let upgrades = r#"compositor_helm_calls_total{verb="upgrade",outcome="Success"}"#;
     assert_eq!(
         controller.metric(upgrades).await,
         2.0,
         "one install and one upgrade"
     );
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let reconciles = controller.metric_total("compositor_reconciles_total").await;
+    let helm_calls = controller.metric_total("compositor_helm_calls_total").await;
+    let touch = json!({"metadata": {"annotations": {"test/touch": "1"}}});
+    compositions
+        .patch("acme", &PatchParams::default(), &Patch::Merge(touch))
+        .await
+        .unwrap();
+    support::eventually("the touch reconciled", Duration::from_secs(30), || async {
+        controller.metric_total("compositor_reconciles_total").await > reconciles
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         history().as_array().unwrap().len(),
         2,
         "an idle reconcile must not upgrade"
     );
     assert_eq!(
-        controller.metric(upgrades).await,
-        2.0,
-        "an idle reconcile makes no Helm write"
+        controller.metric_total("compositor_helm_calls_total").await,
+        helm_calls,
+        "an idle reconcile runs no Helm"
     );
 
     // Deleting the composition uninstalls its release.
@@ -1385,6 +1391,24 @@ impl Fixture {
         (process, cache)
     }
 
+    /// Waits until Helm's record of `revision` of `release` has `status`.
+    async fn wait_stored_status(&self, release: &str, revision: u64, status: &str) {
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), &self.namespace);
+        let name = format!("sh.helm.release.v1.{release}.v{revision}");
+        support::eventually(
+            &format!("{name} {status}"),
+            Duration::from_secs(60),
+            || async {
+                secrets
+                    .get_opt(&name)
+                    .await
+                    .unwrap()
+                    .is_some_and(|s| s.labels().get("status").map(String::as_str) == Some(status))
+            },
+        )
+        .await;
+    }
+
     fn fireworksapp(&self, name: &str, repository: &str) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": format!("{}/v1-1-5", self.group), "kind": "FireworksApp",
@@ -1394,17 +1418,45 @@ impl Fixture {
     }
 }
 
+/// A `helm` whose installs and upgrades also wait for the release's pods, which the test bed
+/// never runs: every install or upgrade hangs, pending, until Helm's own timeout.
+fn hanging_helm(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("helm");
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = upgrade ]; then shift; exec '{0}' upgrade --wait \"$@\"; fi\nexec '{0}' \"$@\"\n",
+        support::env("HELM_BIN")
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 #[tokio::test]
-async fn a_release_stuck_mid_upgrade_is_recovered_and_pause_stops_everything() {
+async fn a_controller_killed_mid_helm_call_recovers_the_release_and_pause_stops_everything() {
+    const CONTROLLER: &str = "fireworksapps-v1-1-5-controller";
     let fixture = Fixture::new("ctl-recover").await;
     fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
-    let (controller, _cache) = fixture
-        .run_controller("fireworksapps-v1-1-5-controller", &[])
-        .await;
+    let helm_dir = tempfile::tempdir().unwrap();
+    let hanging = hanging_helm(helm_dir.path());
     let compositions = fixture.compositions("v1-1-5", &fixture.namespace);
+    let helm = support::Helm::new();
+    let history = || -> Vec<Value> {
+        serde_json::from_str(&helm.ok(
+            &["history", "acme", "-n", &fixture.namespace, "-o", "json"],
+            None,
+        ))
+        .unwrap()
+    };
+
+    // Killed during the first install: nothing ever deployed, so the release is removed and
+    // installed again.
+    let (mut controller, _cache) = fixture
+        .run_controller(CONTROLLER, &["--helm", &hanging])
+        .await;
     compositions
         .create(
             &PostParams::default(),
@@ -1412,46 +1464,116 @@ async fn a_release_stuck_mid_upgrade_is_recovered_and_pause_stops_everything() {
         )
         .await
         .unwrap();
-    wait_composition(
+    let status = wait_composition(
         &compositions,
         "acme",
-        "Ready",
+        "Progressing",
+        phase_is("Progressing"),
+        &controller,
+    )
+    .await;
+    let reconciling = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Reconciling")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(reconciling["status"], "True", "{status}");
+    assert_eq!(
+        reconciling["message"], "installing the release acme",
+        "{status}"
+    );
+    fixture
+        .wait_stored_status("acme", 1, "pending-install")
+        .await;
+    controller.crash();
+    let (controller, _cache) = fixture.run_controller(CONTROLLER, &[]).await;
+    let status = wait_composition(
+        &compositions,
+        "acme",
+        "recovered from the killed install",
         phase_is("Ready"),
         &controller,
     )
     .await;
+    assert_eq!(status["clusters"][0]["revision"], 1, "{status}");
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Reconciling" && c["type"] != "Stalled"),
+        "{status}"
+    );
+    assert_eq!(history().last().unwrap()["status"], "deployed");
+    drop(controller);
 
-    // A crash during `helm upgrade` leaves the release pending; the next change recovers it.
-    support::set_stored_status(
-        &fixture.client,
-        &fixture.namespace,
-        "acme",
-        1,
-        "pending-upgrade",
-    )
-    .await;
-    let patch = json!({"spec": {"replicaCount": 2}});
+    // Killed during an upgrade: rolled back to the deployed revision, then upgraded.
+    let (mut controller, _cache) = fixture
+        .run_controller(CONTROLLER, &["--helm", &hanging])
+        .await;
     compositions
-        .patch("acme", &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            "acme",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicaCount": 2}})),
+        )
         .await
         .unwrap();
+    fixture
+        .wait_stored_status("acme", 2, "pending-upgrade")
+        .await;
+    controller.crash();
+    let (controller, _cache) = fixture.run_controller(CONTROLLER, &[]).await;
     let status = wait_composition(
         &compositions,
         "acme",
-        "recovered",
-        |s| s["phase"] == "Ready" && s["clusters"][0]["revision"].as_i64() > Some(1),
+        "recovered from the killed upgrade",
+        |s| s["phase"] == "Ready" && s["clusters"][0]["revision"].as_i64() > Some(2),
         &controller,
     )
     .await;
-    let helm = support::Helm::new();
-    let history: Value = serde_json::from_str(&helm.ok(
-        &["history", "acme", "-n", &fixture.namespace, "-o", "json"],
+    // Helm keeps the killed revision as it was left; a rollback to the install follows it.
+    let revisions = history();
+    let states: Vec<&str> = revisions
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["superseded", "pending-upgrade", "superseded", "deployed"],
+        "{revisions:?}"
+    );
+    assert_eq!(revisions[2]["rollback_revision"], 1, "{revisions:?}");
+    assert_eq!(status["clusters"][0]["revision"], 4, "{status}");
+    let values: Value = serde_json::from_str(&helm.ok(
+        &[
+            "get",
+            "values",
+            "acme",
+            "-n",
+            &fixture.namespace,
+            "-o",
+            "json",
+        ],
         None,
     ))
     .unwrap();
-    let last = history.as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["status"], "deployed", "{history}");
-    assert_eq!(status["clusters"][0]["revision"], last["revision"]);
+    assert_eq!(values["replicaCount"], 2, "{values}");
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+        fixture.client.clone(),
+        &fixture.namespace,
+    )
+    .list(&ListParams::default().fields("involvedObject.name=acme"))
+    .await
+    .unwrap();
+    let recovered = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Recovered"))
+        .count();
+    assert_eq!(recovered, 2, "a Recovered event for each crash");
 
     // Paused: a spec change and even deletion wait.
     let pause =
@@ -1472,7 +1594,7 @@ async fn a_release_stuck_mid_upgrade_is_recovered_and_pause_stops_everything() {
         &controller,
     )
     .await;
-    let revisions = history.as_array().unwrap().len();
+    let before = history().len();
     compositions
         .patch(
             "acme",
@@ -1486,16 +1608,7 @@ async fn a_release_stuck_mid_upgrade_is_recovered_and_pause_stops_everything() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let history: Value = serde_json::from_str(&helm.ok(
-        &["history", "acme", "-n", &fixture.namespace, "-o", "json"],
-        None,
-    ))
-    .unwrap();
-    assert_eq!(
-        history.as_array().unwrap().len(),
-        revisions,
-        "no Helm work while paused"
-    );
+    assert_eq!(history().len(), before, "no Helm work while paused");
     assert!(
         compositions.get_opt("acme").await.unwrap().is_some(),
         "deletion waits while paused"

@@ -41,6 +41,12 @@ pub fn set_condition(
     }
 }
 
+/// Removes condition `type_`: kstatus' abnormal-true conditions (Reconciling, Stalled) are
+/// absent rather than False when they do not apply.
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
 /// The condition of type `type_`, if set.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -6,7 +6,7 @@ mod conditions;
 mod definition;
 
 pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
-pub use conditions::{find_condition, set_condition};
+pub use conditions::{find_condition, remove_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,

@@ -25,14 +25,14 @@ use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
     ClusterStatus, CompositionChart, CompositionDefinition, CompositionStatus, FINALIZER,
     NamespacePlacement, Phase, RELEASE_NAME_ANNOTATION, ResourceRef, VERSION_LABEL, find_condition,
-    is_paused, set_condition,
+    is_paused, remove_condition, set_condition,
 };
 use crate::chart::{self, Cache, Fetched};
 use crate::helm::{self, RenderedObject, parse_manifest};
@@ -68,9 +68,9 @@ pub enum Error {
     /// The chart would create objects this controller may not create.
     #[error("this controller may not create {0}")]
     PermissionsMissing(String),
-    /// Helm failed to install, upgrade, roll back or uninstall.
-    #[error(transparent)]
-    Helm(helm::Error),
+    /// A Helm operation on the release failed.
+    #[error("{0} failed")]
+    Helm(HelmStep, #[source] helm::Error),
     /// Helm cannot be handed the controller's credentials.
     #[error(transparent)]
     Kubeconfig(#[from] kubeconfig::Error),
@@ -95,7 +95,7 @@ impl Error {
             Error::ReleaseName(_) => "InvalidReleaseName",
             Error::Render(_) | Error::Manifest(_) => "RenderFailed",
             Error::PermissionsMissing(_) => "PermissionsMissing",
-            Error::Helm(_) => "InstallFailed",
+            Error::Helm(step, _) => step.reason(),
             Error::Kubeconfig(_) => "CredentialsUnusable",
             Error::Schema(_) => "InvalidSchema",
             Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
@@ -112,6 +112,46 @@ impl Error {
                 | Error::Manifest(_)
                 | Error::PermissionsMissing(_)
         )
+    }
+}
+
+/// The Helm operation on a release that failed; each has a reason of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmStep {
+    /// Reading the release's state.
+    Status,
+    /// The first install.
+    Install,
+    /// An upgrade of an existing release.
+    Upgrade,
+    /// Rolling back or removing a release stuck mid-operation.
+    Recover,
+    /// Removing the release of a deleted composition.
+    Uninstall,
+}
+
+impl HelmStep {
+    /// The condition and event reason.
+    fn reason(self) -> &'static str {
+        match self {
+            HelmStep::Status => "ReleaseUnreadable",
+            HelmStep::Install => "InstallFailed",
+            HelmStep::Upgrade => "UpgradeFailed",
+            HelmStep::Recover => "RecoveryFailed",
+            HelmStep::Uninstall => "UninstallFailed",
+        }
+    }
+}
+
+impl std::fmt::Display for HelmStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HelmStep::Status => "reading the release",
+            HelmStep::Install => "installing the release",
+            HelmStep::Upgrade => "upgrading the release",
+            HelmStep::Recover => "recovering the release",
+            HelmStep::Uninstall => "uninstalling the release",
+        })
     }
 }
 
@@ -220,7 +260,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = Api::<DynamicObject>::all_with(context.client.clone(), &context.resource);
-    Controller::new_with(api, watcher::Config::default(), context.resource.clone())
+    let writer = reflector::store::Writer::new(context.resource.clone());
+    let reader = writer.as_reader();
+    let changes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(asked_for, PredicateConfig::default());
+    Controller::for_stream_with(changes, reader, context.resource.clone())
         .with_config(
             kube::runtime::controller::Config::default().concurrency(context.config.workers),
         )
@@ -234,11 +281,31 @@ pub async fn run(
         .await;
 }
 
+/// What a user can change: the spec (through the generation) and the metadata. The status is
+/// the controller's own, so its writes trigger nothing, and a failing composition is retried on
+/// the error policy's schedule rather than at once.
+fn asked_for(object: &DynamicObject) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &object.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 fn error_policy(object: Arc<DynamicObject>, error: &Error, _context: Arc<Context>) -> Action {
     if error.is_terminal() {
+        let error = crate::runtime::error_message(error);
         tracing::info!(composition = %object.name_any(), %error, "waiting for a change");
         Action::requeue(Duration::from_secs(300))
     } else {
+        let error = crate::runtime::error_message(error);
         tracing::warn!(composition = %object.name_any(), %error, "reconcile failed");
         Action::requeue(Duration::from_secs(10))
     }
@@ -257,13 +324,23 @@ async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<
     result
 }
 
-async fn reconcile_inner(object: Arc<DynamicObject>, context: &Context) -> Result<Action, Error> {
-    let namespace = object.namespace().unwrap_or_default();
+async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Result<Action, Error> {
+    let namespace = cached.namespace().unwrap_or_default();
     let api = Api::<DynamicObject>::namespaced_with(
         context.client.clone(),
         &namespace,
         &context.resource,
     );
+    // The cache may not have this controller's last status write yet, and the fingerprint in
+    // that status is what keeps an unchanged release from being upgraded again.
+    let Some(object) = api
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(|e| Error::Kube("read composition", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let object = Arc::new(object);
     let definition = Api::<CompositionDefinition>::namespaced(
         context.client.clone(),
         &context.config.definition_namespace,
@@ -295,7 +372,8 @@ async fn reconcile_inner(object: Arc<DynamicObject>, context: &Context) -> Resul
         _ => return Ok(Action::await_change()),
     }
     if is_paused(&object.metadata) {
-        let mut status = status_of(&object);
+        let mut writer = StatusWriter::new(&api, &object);
+        let mut status = writer.written.clone();
         status.phase = Some(Phase::Paused);
         set_condition(
             &mut status.conditions,
@@ -305,13 +383,24 @@ async fn reconcile_inner(object: Arc<DynamicObject>, context: &Context) -> Resul
             "reconciliation is paused by annotation",
             object.metadata.generation,
         );
-        write_status(&api, &object, &status).await?;
+        writer.write(&status).await?;
         return Ok(Action::await_change());
     }
     finalizer(&api, FINALIZER, object, |event| async {
         match event {
             Event::Apply(object) => apply(&object, &definition, context, &api).await,
-            Event::Cleanup(object) => cleanup(&object, &definition, context).await,
+            Event::Cleanup(object) => {
+                let result = cleanup(&object, &definition, context).await;
+                match result {
+                    // The object is gone once the finalizer is removed: nothing to record.
+                    Ok(action) => Ok(action),
+                    Err(error) => {
+                        let writer = StatusWriter::new(&api, &object);
+                        let status = writer.written.clone();
+                        writer.finish(context, status, Err(error)).await
+                    }
+                }
+            }
         }
     })
     .await
@@ -383,15 +472,67 @@ async fn apply(
     context: &Context,
     api: &Api<DynamicObject>,
 ) -> Result<Action, Error> {
-    let previous = status_of(object);
-    let mut status = previous.clone();
-    let generation = object.metadata.generation;
-    let result = install(object, definition, context, &mut status).await;
-    match &result {
+    let mut writer = StatusWriter::new(api, object);
+    let mut status = writer.written.clone();
+    let result = install(object, definition, context, &mut writer, &mut status).await;
+    writer.finish(context, status, result).await
+}
+
+/// A composition's status as last written, so that only changes are written.
+struct StatusWriter<'a> {
+    api: &'a Api<DynamicObject>,
+    object: &'a DynamicObject,
+    /// The status the reconcile started from; events compare against it.
+    initial: CompositionStatus,
+    written: CompositionStatus,
+}
+
+impl<'a> StatusWriter<'a> {
+    fn new(api: &'a Api<DynamicObject>, object: &'a DynamicObject) -> Self {
+        let initial = status_of(object);
+        StatusWriter {
+            api,
+            object,
+            written: initial.clone(),
+            initial,
+        }
+    }
+
+    async fn write(&mut self, status: &CompositionStatus) -> Result<(), Error> {
+        if *status != self.written {
+            write_status(self.api, self.object, status).await?;
+            self.written = status.clone();
+        }
+        Ok(())
+    }
+
+    /// Records how the reconcile ended, publishes the transition, and passes the result on.
+    async fn finish(
+        mut self,
+        context: &Context,
+        mut status: CompositionStatus,
+        result: Result<Action, Error>,
+    ) -> Result<Action, Error> {
+        record_outcome(&mut status, &result, self.object.metadata.generation);
+        publish_transition(context, self.object, &self.initial, &status).await;
+        self.write(&status).await?;
+        result
+    }
+}
+
+/// The outcome of a reconcile, kstatus-style: Ready, plus Stalled when only a change of the
+/// composition can help or Reconciling while a retry is due; neither once Ready.
+fn record_outcome(
+    status: &mut CompositionStatus,
+    result: &Result<Action, Error>,
+    generation: Option<i64>,
+) {
+    let conditions = &mut status.conditions;
+    match result {
         Ok(_) => {
             status.phase = Some(Phase::Ready);
             set_condition(
-                &mut status.conditions,
+                conditions,
                 "Installed",
                 true,
                 "Installed",
@@ -399,20 +540,22 @@ async fn apply(
                 generation,
             );
             set_condition(
-                &mut status.conditions,
+                conditions,
                 "Ready",
                 true,
                 "Ready",
                 "the release is deployed and up to date",
                 generation,
             );
+            remove_condition(conditions, "Reconciling");
+            remove_condition(conditions, "Stalled");
             status.observed_generation = generation;
         }
         Err(error) => {
             let message = crate::runtime::error_message(error);
             status.phase = Some(Phase::Failed);
             set_condition(
-                &mut status.conditions,
+                conditions,
                 "Ready",
                 false,
                 error.reason(),
@@ -420,15 +563,29 @@ async fn apply(
                 generation,
             );
             if error.is_terminal() {
+                set_condition(
+                    conditions,
+                    "Stalled",
+                    true,
+                    error.reason(),
+                    &message,
+                    generation,
+                );
+                remove_condition(conditions, "Reconciling");
                 status.observed_generation = generation;
+            } else {
+                set_condition(
+                    conditions,
+                    "Reconciling",
+                    true,
+                    "Retrying",
+                    &format!("retrying after {}", error.reason()),
+                    generation,
+                );
+                remove_condition(conditions, "Stalled");
             }
         }
     }
-    publish_transition(context, object, &previous, &status).await;
-    if status != previous {
-        write_status(api, object, &status).await?;
-    }
-    result
 }
 
 /// Installs or upgrades the release unless its fingerprint says nothing changed.
@@ -436,6 +593,7 @@ async fn install(
     object: &DynamicObject,
     definition: &CompositionDefinition,
     context: &Context,
+    writer: &mut StatusWriter<'_>,
     status: &mut CompositionStatus,
 ) -> Result<Action, Error> {
     let fetched = fetch_chart(definition, context).await?;
@@ -449,6 +607,29 @@ async fn install(
         return Err(Error::InvalidValues(listed.join("; ")));
     }
     let placement = placement(object, definition)?;
+    let fingerprint = fingerprint(
+        &fetched.digest,
+        &values,
+        LOCAL_CLUSTER,
+        &placement.namespace,
+        &context.helm_version,
+    );
+    let recorded = status
+        .clusters
+        .iter()
+        .find(|c| c.name == LOCAL_CLUSTER)
+        .cloned();
+    // The same inputs rendered, passed the RBAC check and installed before: confirm that the
+    // release and its objects are still there, without a `helm` process.
+    if let Some(recorded) = &recorded
+        && recorded.fingerprint.as_deref() == Some(fingerprint.as_str())
+        && recorded.release == placement.release
+        && is_deployed(context, recorded).await?
+        && resources_exist(&context.client, &status.resources, &placement.namespace).await?
+    {
+        return Ok(Action::requeue(context.config.resync));
+    }
+
     let manifest = context
         .helm
         .template(
@@ -466,7 +647,6 @@ async fn install(
             missing.into_iter().collect::<Vec<_>>().join(", "),
         ));
     }
-
     status.chart = Some(CompositionChart {
         version: fetched.version.clone(),
         digest: fetched.digest.clone(),
@@ -480,18 +660,6 @@ async fn install(
             name: o.name.clone(),
         })
         .collect();
-    let fingerprint = fingerprint(
-        &fetched.digest,
-        &values,
-        LOCAL_CLUSTER,
-        &placement.namespace,
-        &context.helm_version,
-    );
-    let known = status
-        .clusters
-        .iter()
-        .find(|c| c.name == LOCAL_CLUSTER)
-        .and_then(|c| c.fingerprint.clone());
     let target = helm::Target::new(
         kubeconfig_for(&context.kube_config, &placement.namespace)?,
         &placement.namespace,
@@ -500,19 +668,17 @@ async fn install(
         .helm
         .status(&target, &placement.release)
         .await
-        .map_err(Error::Helm)?;
-    if known.as_deref() == Some(fingerprint.as_str())
-        && live
-            .as_ref()
-            .is_some_and(|release| release.status == helm::ReleaseStatus::Deployed)
-        && resources_exist(&context.client, &rendered, &placement.namespace).await?
-    {
-        return Ok(Action::requeue(context.config.resync));
-    }
+        .map_err(|e| Error::Helm(HelmStep::Status, e))?;
+    let mut step = match live {
+        Some(_) => HelmStep::Upgrade,
+        None => HelmStep::Install,
+    };
     if let Some(release) = &live
         && release.status.is_pending()
     {
-        recover(context, &target, &placement.release).await?;
+        if !recover(context, &target, &placement.release).await? {
+            step = HelmStep::Install;
+        }
         publish(
             context,
             object,
@@ -525,12 +691,24 @@ async fn install(
         )
         .await;
     }
+
+    // A Helm write may take minutes; say so first.
+    status.phase = Some(Phase::Progressing);
+    set_condition(
+        &mut status.conditions,
+        "Reconciling",
+        true,
+        "Progressing",
+        &format!("{step} {}", placement.release),
+        object.metadata.generation,
+    );
+    writer.write(status).await?;
     let options = helm::UpgradeOptions {
         create_namespace: definition.spec.placement.namespace
             == NamespacePlacement::CompositionName,
         ..helm::UpgradeOptions::default()
     };
-    let release = context
+    let outcome = context
         .helm
         .upgrade_install(
             &target,
@@ -539,47 +717,75 @@ async fn install(
             &values,
             options,
         )
-        .await
-        .map_err(Error::Helm)?;
-    let entry = ClusterStatus {
+        .await;
+    let entry = |phase, revision, fingerprint, message| ClusterStatus {
         name: LOCAL_CLUSTER.to_string(),
         namespace: placement.namespace.clone(),
         release: placement.release.clone(),
-        revision: i64::try_from(release.revision).ok(),
-        phase: Phase::Ready,
-        fingerprint: Some(fingerprint),
-        message: String::new(),
-        last_transition_time: Some(Time(Timestamp::now())),
+        revision,
+        phase,
+        fingerprint,
+        message,
+        last_transition_time: None,
     };
-    status.clusters.retain(|c| c.name != LOCAL_CLUSTER);
-    status.clusters.push(entry);
-    let reason = if release.revision == 1 {
-        "Installed"
-    } else {
-        "Upgraded"
+    match outcome {
+        Ok(release) => {
+            let revision = i64::try_from(release.revision).ok();
+            record_cluster(
+                status,
+                entry(Phase::Ready, revision, Some(fingerprint), String::new()),
+            );
+            let reason = match step {
+                HelmStep::Install => "Installed",
+                _ => "Upgraded",
+            };
+            publish(
+                context,
+                object,
+                EventType::Normal,
+                reason,
+                &format!(
+                    "release {} revision {}",
+                    placement.release, release.revision
+                ),
+            )
+            .await;
+            Ok(Action::requeue(context.config.resync))
+        }
+        Err(error) => {
+            let error = Error::Helm(step, error);
+            let message = crate::runtime::error_message(&error);
+            let (revision, fingerprint) = recorded
+                .map(|c| (c.revision, c.fingerprint))
+                .unwrap_or_default();
+            record_cluster(status, entry(Phase::Failed, revision, fingerprint, message));
+            Err(error)
+        }
+    }
+}
+
+/// Puts `entry` in place of the cluster's entry; its transition time moves only with the phase.
+fn record_cluster(status: &mut CompositionStatus, mut entry: ClusterStatus) {
+    let index = status.clusters.iter().position(|c| c.name == entry.name);
+    entry.last_transition_time = match index.map(|i| &status.clusters[i]) {
+        Some(previous) if previous.phase == entry.phase => previous.last_transition_time.clone(),
+        _ => Some(Time(Timestamp::now())),
     };
-    publish(
-        context,
-        object,
-        EventType::Normal,
-        reason,
-        &format!(
-            "release {} revision {}",
-            placement.release, release.revision
-        ),
-    )
-    .await;
-    Ok(Action::requeue(context.config.resync))
+    match index {
+        Some(i) => status.clusters[i] = entry,
+        None => status.clusters.push(entry),
+    }
 }
 
 /// A release stuck pending (a crash mid-operation) goes back to its last deployed revision, or
-/// away when it never deployed.
-async fn recover(context: &Context, target: &helm::Target, release: &str) -> Result<(), Error> {
+/// away when it never deployed. Whether the release is still there.
+async fn recover(context: &Context, target: &helm::Target, release: &str) -> Result<bool, Error> {
+    let failed = |e| Error::Helm(HelmStep::Recover, e);
     let history = context
         .helm
         .history(target, release)
         .await
-        .map_err(Error::Helm)?;
+        .map_err(failed)?;
     let deployed = history.iter().rev().find(|r| {
         matches!(
             r.status,
@@ -587,20 +793,23 @@ async fn recover(context: &Context, target: &helm::Target, release: &str) -> Res
         )
     });
     match deployed {
-        Some(revision) => context
-            .helm
-            .rollback(target, release, revision.revision)
-            .await
-            .map_err(Error::Helm)?,
+        Some(revision) => {
+            context
+                .helm
+                .rollback(target, release, revision.revision)
+                .await
+                .map_err(failed)?;
+            Ok(true)
+        }
         None => {
             context
                 .helm
                 .uninstall(target, release)
                 .await
-                .map_err(Error::Helm)?;
+                .map_err(failed)?;
+            Ok(false)
         }
     }
-    Ok(())
 }
 
 /// The rendered kinds this controller may not create where the release puts them, asked of the
@@ -643,12 +852,28 @@ async fn missing_permissions(
     Ok(missing)
 }
 
+/// Whether Helm's record of the recorded revision says it is the deployed one.
+async fn is_deployed(context: &Context, recorded: &ClusterStatus) -> Result<bool, Error> {
+    let Some(revision) = recorded.revision.and_then(|r| u64::try_from(r).ok()) else {
+        return Ok(false);
+    };
+    let state = helm::recorded_status(
+        &context.client,
+        &recorded.namespace,
+        &recorded.release,
+        revision,
+    )
+    .await
+    .map_err(|e| Error::Kube("read release record", e))?;
+    Ok(state == Some(helm::ReleaseStatus::Deployed))
+}
+
 async fn resources_exist(
     client: &Client,
-    rendered: &[RenderedObject],
+    resources: &[ResourceRef],
     namespace: &str,
 ) -> Result<bool, Error> {
-    for object in rendered {
+    for object in resources {
         let (group, version) = object
             .api_version
             .rsplit_once('/')
@@ -692,7 +917,7 @@ async fn cleanup(
         .helm
         .uninstall(&target, &placement.release)
         .await
-        .map_err(Error::Helm)?;
+        .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
     if existed {
         publish(
             context,
@@ -768,5 +993,81 @@ async fn publish(
         .await
     {
         tracing::warn!(%error, "cannot publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(status: &CompositionStatus) -> Vec<(&str, &str, &str)> {
+        status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn outcomes_follow_kstatus() {
+        let mut status = CompositionStatus::default();
+        let transient = Err(Error::DefinitionNotReady("team/app".into()));
+        record_outcome(&mut status, &transient, Some(3));
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "False", "DefinitionNotReady"),
+                ("Reconciling", "True", "Retrying")
+            ]
+        );
+        assert_eq!(status.observed_generation, None, "a retry is still due");
+
+        let terminal = Err(Error::InvalidValues("/replicas: not an integer".into()));
+        record_outcome(&mut status, &terminal, Some(4));
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "False", "InvalidValues"),
+                ("Stalled", "True", "InvalidValues")
+            ]
+        );
+        assert_eq!(status.observed_generation, Some(4));
+        assert_eq!(status.phase, Some(Phase::Failed));
+
+        record_outcome(&mut status, &Ok(Action::await_change()), Some(5));
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "True", "Ready"),
+                ("Installed", "True", "Installed")
+            ]
+        );
+        assert_eq!(status.observed_generation, Some(5));
+        assert_eq!(status.phase, Some(Phase::Ready));
+    }
+
+    #[test]
+    fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
+        let entry = |phase, revision| ClusterStatus {
+            name: LOCAL_CLUSTER.into(),
+            namespace: "team".into(),
+            release: "app".into(),
+            revision: Some(revision),
+            phase,
+            fingerprint: None,
+            message: String::new(),
+            last_transition_time: None,
+        };
+        let mut status = CompositionStatus::default();
+        record_cluster(&mut status, entry(Phase::Ready, 1));
+        let first = status.clusters[0].last_transition_time.clone();
+        assert!(first.is_some());
+        std::thread::sleep(Duration::from_millis(5));
+        record_cluster(&mut status, entry(Phase::Ready, 2));
+        assert_eq!(status.clusters.len(), 1);
+        assert_eq!(status.clusters[0].revision, Some(2));
+        assert_eq!(status.clusters[0].last_transition_time, first);
+        record_cluster(&mut status, entry(Phase::Failed, 2));
+        assert_ne!(status.clusters[0].last_transition_time, first);
     }
 }

@@ -22,9 +22,11 @@
 
 mod manifest;
 mod release;
+mod storage;
 
 pub use manifest::{ManifestError, RenderedObject, parse_manifest};
 pub use release::{Release, ReleaseStatus, Revision};
+pub use storage::recorded_status;
 
 use std::ffi::OsStr;
 use std::io::Write;

@@ -149,17 +149,34 @@ pub struct Process {
 impl Process {
     /// Starts `compositor ARGS…` with the test bed's kubeconfig, logging to a file.
     pub fn start(args: &[&str]) -> Self {
-        let log = std::env::temp_dir().join(format!("{}.log", unique("compositor")));
+        Self::spawn(args, Path::new(&env("KUBECONFIG")), "compositor", &[])
+    }
+
+    /// Starts `compositor ARGS…` with `kubeconfig` and extra environment, in a process group of
+    /// its own so that [`Process::crash`] takes its Helm children with it.
+    fn spawn(args: &[&str], kubeconfig: &Path, name: &str, vars: &[(&str, &str)]) -> Self {
+        use std::os::unix::process::CommandExt;
+        let log = std::env::temp_dir().join(format!("{}.log", unique(name)));
         let out = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_compositor"))
             .args(args)
-            .env("KUBECONFIG", env("KUBECONFIG"))
+            .env("KUBECONFIG", kubeconfig)
             .env("HELM_BIN", env("HELM_BIN"))
+            .envs(vars.iter().copied())
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)
+            .process_group(0)
             .spawn()
             .expect("start compositor");
         Process { child, log }
+    }
+
+    /// Kills the process and every process it started at once, with no chance to clean up, as
+    /// a node or container failure would.
+    pub fn crash(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.child.wait();
     }
 
     /// The operator, watching only `namespace`, with a chart cache of its own.
@@ -181,6 +198,28 @@ impl Process {
     /// The value of metric `series` (name and labels as exposed), read from the process's
     /// metrics endpoint; the process must log JSON (`--log-format json`).
     pub async fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// The sum of every series of metric `name`, whatever its labels.
+    pub async fn metric_total(&self, name: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let labelled = series.strip_prefix(name)?;
+                (labelled.is_empty() || labelled.starts_with('{'))
+                    .then(|| value.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
+    async fn metrics(&self) -> String {
         let address = self
             .output()
             .lines()
@@ -188,15 +227,12 @@ impl Process {
             .find(|line| line["message"] == "serving metrics and health")
             .and_then(|line| line["address"].as_str().map(str::to_string))
             .expect("the process logs its metrics address");
-        let text = reqwest::get(format!("http://{address}/metrics"))
+        reqwest::get(format!("http://{address}/metrics"))
             .await
             .expect("metrics endpoint")
             .text()
             .await
-            .expect("metrics text");
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0.0)
+            .expect("metrics text")
     }
 
     /// What it has logged so far.
@@ -207,8 +243,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.crash();
     }
 }
 
@@ -259,20 +294,14 @@ pub async fn run_deployment(
     let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique(name)));
     std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).expect("write kubeconfig");
 
-    let mut args: Vec<String> = container.args.clone().unwrap_or_default();
-    args.extend(extra_args.iter().map(|a| a.to_string()));
-    let log = std::env::temp_dir().join(format!("{}.log", unique(name)));
-    let out = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_compositor"))
-        .args(&args)
-        .env("KUBECONFIG", &path)
-        .env("HELM_BIN", env("HELM_BIN"))
-        .env("POD_NAME", name)
-        .stdout(out.try_clone().expect("log file"))
-        .stderr(out)
-        .spawn()
-        .expect("start controller");
-    Process { child, log }
+    let mut args: Vec<&str> = container
+        .args
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    args.extend_from_slice(extra_args);
+    Process::spawn(&args, &path, name, &[("POD_NAME", name)])
 }
 
 /// Rewrites the state Helm stored for `revision` — the `status` label and, because that is what
