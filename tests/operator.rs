@@ -1637,7 +1637,7 @@ async fn a_controller_killed_mid_helm_call_recovers_the_release_and_pause_stops_
 
 #[tokio::test]
 async fn many_compositions_in_parallel_all_become_ready() {
-    const COUNT: usize = 12;
+    const COUNT: usize = 50;
     let fixture = Fixture::new("ctl-many").await;
     fixture.apply_fireworksapp("1.1.5").await;
     fixture
@@ -1668,6 +1668,14 @@ async fn many_compositions_in_parallel_all_become_ready() {
             "one install each, no conflicts: {status}"
         );
     }
+    assert_eq!(
+        controller
+            .metric(r#"compositor_reconciles_total{outcome="Error"}"#)
+            .await,
+        0.0,
+        "no reconcile failed on the way:\n{}",
+        controller.output()
+    );
 }
 
 #[tokio::test]
