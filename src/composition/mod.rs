@@ -685,7 +685,7 @@ async fn install(
             EventType::Warning,
             "Recovered",
             &format!(
-                "release {} was stuck in {:?}; recovered",
+                "release {} was stuck in {}; recovered",
                 placement.release, release.status
             ),
         )
