@@ -1232,6 +1232,35 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
         "an idle reconcile runs no Helm"
     );
 
+    // A new release name moves the release: installed under the new name, the old one gone.
+    let rename = json!({"metadata": {"annotations": {"compositor.dev/release-name": "acme-next"}}});
+    compositions
+        .patch("acme", &PatchParams::default(), &Patch::Merge(rename))
+        .await
+        .unwrap();
+    let status = wait_composition(
+        &compositions,
+        "acme",
+        "moved to release acme-next",
+        |s| s["clusters"][0]["release"] == "acme-next" && s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    assert_eq!(status["clusters"][0]["revision"], 1, "{status}");
+    helm.ok(&["status", "acme-next", "-n", &team], None);
+    assert!(
+        !helm
+            .run(&["status", "acme", "-n", &team], None)
+            .status
+            .success(),
+        "the old release is uninstalled"
+    );
+    assert!(maps.get_opt("acme-config").await.unwrap().is_none());
+    assert_eq!(
+        maps.get("acme-next-config").await.unwrap().data.unwrap()["greeting"],
+        "bonjour"
+    );
+
     // Deleting the composition uninstalls its release.
     compositions
         .delete("acme", &DeleteParams::default())
@@ -1243,12 +1272,12 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
     .await;
     assert!(
         !helm
-            .run(&["status", "acme", "-n", &team], None)
+            .run(&["status", "acme-next", "-n", &team], None)
             .status
             .success(),
         "release uninstalled"
     );
-    assert!(maps.get_opt("acme-config").await.unwrap().is_none());
+    assert!(maps.get_opt("acme-next-config").await.unwrap().is_none());
 }
 
 #[tokio::test]

@@ -730,6 +730,9 @@ async fn install(
     };
     match outcome {
         Ok(release) => {
+            if let Some(previous) = recorded.filter(|c| c.release != placement.release) {
+                replaced(context, object, &previous, &placement.release).await?;
+            }
             let revision = i64::try_from(release.revision).ok();
             record_cluster(
                 status,
@@ -762,6 +765,36 @@ async fn install(
             Err(error)
         }
     }
+}
+
+/// A renamed release (the release-name annotation changed) was installed under its new name:
+/// the old one goes, as it would with `helm` by hand.
+async fn replaced(
+    context: &Context,
+    object: &DynamicObject,
+    previous: &ClusterStatus,
+    current: &str,
+) -> Result<(), Error> {
+    let target = helm::Target::new(
+        kubeconfig_for(&context.kube_config, &previous.namespace)?,
+        &previous.namespace,
+    );
+    let existed = context
+        .helm
+        .uninstall(&target, &previous.release)
+        .await
+        .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
+    if existed {
+        publish(
+            context,
+            object,
+            EventType::Normal,
+            "Uninstalled",
+            &format!("release {} replaced by {current}", previous.release),
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// Puts `entry` in place of the cluster's entry; its transition time moves only with the phase.
