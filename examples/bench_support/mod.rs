@@ -1,0 +1,595 @@
+//! What the test bed benchmarks share: the test bed's environment and admin client, compositor
+//! processes (the operator, and a controller run as its Deployment would run) with their logs and
+//! metrics, the fireworks-app definition, and how figures are summarised.
+//!
+//! Every bench reads `KUBECONFIG`, `HELM_BIN`, `COMPOSITOR_TEST_REPO_URL`,
+//! `COMPOSITOR_TEST_REPO_USERNAME`, `COMPOSITOR_TEST_REPO_PASSWORD` and `COMPOSITOR_TEST_CHARTS`
+//! from the test bed (`e2e/with-testbed.sh` exports them); the compositor binary is
+//! `COMPOSITOR_BIN`, else `target/release/compositor`. Logs, caches and kubeconfigs go to a scratch
+//! folder that is removed after a success and kept after a failure.
+
+// Each bench uses part of this module.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+
+use compositor::api::{CompositionDefinition, find_condition};
+
+pub type Error = Box<dyn std::error::Error>;
+
+/// The chart every definition uses, from the test bed's HTTP repository.
+pub const CHART: &str = "fireworks-app";
+pub const CHART_VERSION: &str = "1.1.5";
+/// The field manager of the benches' own writes.
+const MANAGER: &str = "compositor-bench";
+/// How long a compositor process may take to answer `/readyz`.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// A test bed variable.
+pub fn env(name: &str) -> Result<String, Error> {
+    std::env::var(name).map_err(|_| {
+        format!("{name} is not set: run through `make bench` (or `e2e/with-testbed.sh`)").into()
+    })
+}
+
+/// Runs a bench against the test bed: prints its error and keeps its scratch folder on failure.
+pub async fn main(name: &str, bench: impl AsyncFnOnce(&TestBed) -> Result<(), Error>) -> ExitCode {
+    let bed = match TestBed::new(name).await {
+        Ok(bed) => bed,
+        Err(error) => {
+            eprintln!("{name} failed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match bench(&bed).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let kept = bed.scratch.keep();
+            eprintln!("{name} failed: {error}\n(logs kept in {})", kept.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The test bed and what every phase of a bench shares.
+pub struct TestBed {
+    /// The admin client.
+    pub client: Client,
+    /// For the metrics and health endpoints.
+    pub http: reqwest::Client,
+    /// The compositor binary.
+    pub binary: PathBuf,
+    /// The packaged chart.
+    pub chart: PathBuf,
+    prefix: String,
+    next: AtomicUsize,
+    scratch: tempfile::TempDir,
+}
+
+impl TestBed {
+    /// Connects to the test bed and installs compositor's own CRDs, as its Helm chart does.
+    async fn new(name: &str) -> Result<Self, Error> {
+        compositor::runtime::init_tls();
+        env("KUBECONFIG")?;
+        env("HELM_BIN")?;
+        let binary = std::env::var_os("COMPOSITOR_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/compositor")
+            });
+        if !binary.exists() {
+            return Err(format!("{} is missing: build it first", binary.display()).into());
+        }
+        let chart =
+            Path::new(&env("COMPOSITOR_TEST_CHARTS")?).join(format!("{CHART}-{CHART_VERSION}.tgz"));
+        if !chart.exists() {
+            return Err(format!("test chart {} is missing", chart.display()).into());
+        }
+        let bed = TestBed {
+            client: Client::try_default().await?,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+            binary,
+            chart,
+            prefix: format!("{name}-{}", std::process::id()),
+            next: AtomicUsize::new(0),
+            scratch: tempfile::Builder::new()
+                .prefix(&format!("{name}."))
+                .tempdir()?,
+        };
+        bed.apply_established(&CompositionDefinition::crd(), START_LIMIT)
+            .await?;
+        Ok(bed)
+    }
+
+    /// A name unique within this run, valid as a DNS-1123 label.
+    pub fn unique(&self, what: &str) -> String {
+        let next = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{what}-{next}", self.prefix)
+    }
+
+    /// A path in the scratch folder.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    /// Applies `crd` and waits until it is Established; the time that took.
+    pub async fn apply_established(
+        &self,
+        crd: &CustomResourceDefinition,
+        limit: Duration,
+    ) -> Result<Duration, Error> {
+        let crds = Api::<CustomResourceDefinition>::all(self.client.clone());
+        let name = crd.name_any();
+        let start = Instant::now();
+        crds.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(crd),
+        )
+        .await?;
+        while !established(&crds.get(&name).await?) {
+            if start.elapsed() > limit {
+                return Err(format!("CRD {name} was not Established after {limit:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// A new namespace holding the chart repository's password in Secret `repo-password`.
+    pub async fn namespace(&self, what: &str) -> Result<String, Error> {
+        let name = self.unique(what);
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await?;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "repo-password"},
+            "stringData": {"password": env("COMPOSITOR_TEST_REPO_PASSWORD")?},
+        }))?;
+        Api::<Secret>::namespaced(self.client.clone(), &name)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        Ok(name)
+    }
+
+    /// Applies definition `name` of fireworks-app in `namespace` with `names` (the CRD group,
+    /// and the plural where two definitions share a namespace).
+    pub async fn apply_definition(
+        &self,
+        namespace: &str,
+        name: &str,
+        names: Value,
+    ) -> Result<CompositionDefinition, Error> {
+        let definition = json!({
+            "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "chart": {
+                    "url": env("COMPOSITOR_TEST_REPO_URL")?,
+                    "repo": CHART, "version": CHART_VERSION,
+                    "credentials": {"username": env("COMPOSITOR_TEST_REPO_USERNAME")?,
+                                    "passwordRef": {"name": "repo-password", "key": "password"}},
+                },
+                "names": names,
+            },
+        });
+        Ok(
+            Api::<CompositionDefinition>::namespaced(self.client.clone(), namespace)
+                .patch(
+                    name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&definition),
+                )
+                .await?,
+        )
+    }
+
+    /// Starts the operator for `namespace` with chart cache `cache`, logging to `log` in the
+    /// scratch folder; returns once its `/readyz` answers.
+    pub async fn operator(
+        &self,
+        namespace: &str,
+        cache: &Path,
+        log: &str,
+    ) -> Result<Process, Error> {
+        let kubeconfig = PathBuf::from(env("KUBECONFIG")?);
+        self.operator_with(namespace, cache, log, &kubeconfig, &[])
+            .await
+    }
+
+    /// `operator` with `kubeconfig` and `extra` arguments.
+    pub async fn operator_with(
+        &self,
+        namespace: &str,
+        cache: &Path,
+        log: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> Result<Process, Error> {
+        let mut args = vec![
+            "run",
+            "--namespace",
+            namespace,
+            "--cache-dir",
+            cache.to_str().ok_or("cache path is not UTF-8")?,
+            "--controller-image",
+            "compositor:bench",
+        ];
+        args.extend(extra);
+        let mut operator = Process::spawn(
+            "operator",
+            &self.binary,
+            &args.into_iter().map(String::from).collect::<Vec<_>>(),
+            &[("KUBECONFIG", kubeconfig.to_string_lossy().into_owned())],
+            self.scratch(log),
+        )?;
+        operator.wait_ready(&self.http).await?;
+        Ok(operator)
+    }
+
+    /// Runs controller Deployment `name` of `namespace` as a kubelet would: its arguments, plus
+    /// `extra`, with a token of its ServiceAccount in a kubeconfig of its own (so it has exactly
+    /// the RBAC the operator gave it); returns once its `/readyz` answers.
+    pub async fn run_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Process, Error> {
+        let deployment = Api::<Deployment>::namespaced(self.client.clone(), namespace)
+            .get(name)
+            .await?;
+        let pod = deployment
+            .spec
+            .and_then(|spec| spec.template.spec)
+            .ok_or("the controller Deployment has no pod spec")?;
+        let container = pod
+            .containers
+            .first()
+            .ok_or("the controller Deployment has no container")?;
+        let service_account = pod
+            .service_account_name
+            .as_deref()
+            .ok_or("the controller Deployment has no ServiceAccount")?;
+        let kubeconfig = self.scratch(&format!("{name}.kubeconfig"));
+        let token = self.token(namespace, service_account).await?;
+        write_kubeconfig_with_token(&kubeconfig, &token)?;
+
+        let mut args = container.args.clone().unwrap_or_default();
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        let mut controller = Process::spawn(
+            "controller",
+            &self.binary,
+            &args,
+            &[
+                ("KUBECONFIG", kubeconfig.to_string_lossy().into_owned()),
+                ("POD_NAME", name.to_string()),
+            ],
+            self.scratch(&format!("{name}.log")),
+        )?;
+        controller.wait_ready(&self.http).await?;
+        Ok(controller)
+    }
+
+    /// A one-hour token of ServiceAccount `name` in `namespace`.
+    async fn token(&self, namespace: &str, name: &str) -> Result<String, Error> {
+        let request: TokenRequest =
+            serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))?;
+        Ok(
+            Api::<ServiceAccount>::namespaced(self.client.clone(), namespace)
+                .create_token_request(name, &PostParams::default(), &request)
+                .await?
+                .status
+                .ok_or("no token in the TokenRequest")?
+                .token,
+        )
+    }
+}
+
+/// The admin kubeconfig with `token` as its only user, written to `path`.
+fn write_kubeconfig_with_token(path: &Path, token: &str) -> Result<(), Error> {
+    let mut kubeconfig: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(env("KUBECONFIG")?)?)?;
+    let context_user = kubeconfig["contexts"][0]["context"]["user"].clone();
+    kubeconfig["users"] = json!([{"name": context_user, "user": {"token": token}}]);
+    std::fs::write(path, serde_json::to_string(&kubeconfig)?)?;
+    Ok(())
+}
+
+/// Whether `crd` is Established.
+pub fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
+/// Whether `definition` has condition Ready True.
+pub fn definition_ready(definition: &CompositionDefinition) -> bool {
+    definition.status.as_ref().is_some_and(|status| {
+        find_condition(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
+    })
+}
+
+/// A compositor process with its output in a log file; stopped when dropped.
+pub struct Process {
+    what: &'static str,
+    child: Child,
+    log: PathBuf,
+    address: Option<String>,
+}
+
+impl Process {
+    /// Starts `binary ARGS… --log-format json --metrics-address 127.0.0.1:0` with `HELM_BIN` and
+    /// `envs`.
+    fn spawn(
+        what: &'static str,
+        binary: &Path,
+        args: &[String],
+        envs: &[(&str, String)],
+        log: PathBuf,
+    ) -> Result<Self, Error> {
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(binary)
+            .args(args)
+            .args(["--log-format", "json", "--metrics-address", "127.0.0.1:0"])
+            .env("HELM_BIN", env("HELM_BIN")?)
+            .envs(envs.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| format!("starting the {what} ({}): {e}", binary.display()))?;
+        Ok(Process {
+            what,
+            child,
+            log,
+            address: None,
+        })
+    }
+
+    /// An error saying `what`, with the end of the process's log.
+    pub fn failure(&self, what: &str) -> Error {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        format!("{what}; {} log {}:\n{tail}", self.what, self.log.display()).into()
+    }
+
+    /// Fails when the process has exited.
+    pub fn alive(&mut self) -> Result<(), Error> {
+        match self.child.try_wait()? {
+            Some(status) => Err(self.failure(&format!("the {} exited ({status})", self.what))),
+            None => Ok(()),
+        }
+    }
+
+    /// The metrics address the process logged (line "serving metrics and health").
+    fn logged_address(&self) -> Option<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|line| line["message"] == "serving metrics and health")
+            .and_then(|line| line["address"].as_str().map(str::to_string))
+    }
+
+    /// Waits until the process has logged its metrics address and its `/readyz` answers 200.
+    async fn wait_ready(&mut self, http: &reqwest::Client) -> Result<(), Error> {
+        let start = Instant::now();
+        loop {
+            self.alive()?;
+            if self.address.is_none() {
+                self.address = self.logged_address();
+            }
+            if let Some(address) = &self.address
+                && let Ok(response) = http.get(format!("http://{address}/readyz")).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
+            }
+            if start.elapsed() > START_LIMIT {
+                return Err(self.failure(&format!("not ready after {START_LIMIT:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The process's metrics.
+    pub async fn metrics(&self, http: &reqwest::Client) -> Result<Samples, Error> {
+        let address = self.address.as_ref().ok_or("the process is not ready")?;
+        let text = http
+            .get(format!("http://{address}/metrics"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(Samples::parse(&text))
+    }
+
+    /// VmRSS and VmHWM in MiB, from `/proc`.
+    pub fn memory(&self) -> Result<(f64, f64), Error> {
+        let path = format!("/proc/{}/status", self.child.id());
+        let status = std::fs::read_to_string(&path)?;
+        let mib = |field: &str| -> Result<f64, Error> {
+            let kib: f64 = status
+                .lines()
+                .find_map(|line| line.strip_prefix(field)?.trim().strip_suffix("kB"))
+                .and_then(|value| value.trim().parse().ok())
+                .ok_or_else(|| format!("no {field} in {path}"))?;
+            Ok(kib / 1024.0)
+        };
+        Ok((mib("VmRSS:")?, mib("VmHWM:")?))
+    }
+
+    /// Stops the process as a kubelet would: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One scrape of a Prometheus text exposition: series (name and labels as exposed) → value.
+pub struct Samples(BTreeMap<String, f64>);
+
+/// Counts keyed by the values of some labels.
+pub type Counts = BTreeMap<Vec<String>, f64>;
+
+impl Samples {
+    fn parse(text: &str) -> Self {
+        Samples(
+            text.lines()
+                .filter(|line| !line.starts_with('#'))
+                .filter_map(|line| {
+                    let (series, value) = line.rsplit_once(' ')?;
+                    Some((series.to_string(), value.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// Metric `name` summed by the values of `labels` (a missing label counts as empty).
+    pub fn by(&self, name: &str, labels: &[&str]) -> Counts {
+        let mut counts = Counts::new();
+        let prefix = format!("{name}{{");
+        for (series, value) in &self.0 {
+            if series == name || series.starts_with(&prefix) {
+                let key = labels
+                    .iter()
+                    .map(|l| label(series, l).unwrap_or_default().to_string())
+                    .collect();
+                *counts.entry(key).or_default() += value;
+            }
+        }
+        counts
+    }
+
+    /// Metric `name` summed over all its series.
+    pub fn total(&self, name: &str) -> f64 {
+        sum(&self.by(name, &[]))
+    }
+}
+
+/// The value of label `name` in `series`.
+fn label<'a>(series: &'a str, name: &str) -> Option<&'a str> {
+    let quoted = format!("{name}=\"");
+    let start = series
+        .match_indices(&quoted)
+        .map(|(at, _)| at)
+        .find(|&at| at == 0 || matches!(&series[at - 1..at], "{" | ","))?
+        + quoted.len();
+    let end = series[start..].find('"')? + start;
+    Some(&series[start..end])
+}
+
+/// What `after` added to `before`, leaving out what did not change.
+pub fn delta(before: &Counts, after: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(key, value)| (key.clone(), value - before.get(key).copied().unwrap_or(0.0)))
+        .filter(|(_, added)| *added != 0.0)
+        .collect()
+}
+
+/// `counts` on one line: "key value, …", or "none".
+pub fn describe(counts: &Counts) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(key, value)| format!("{} {value}", key.join(" ")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The sum of `counts`.
+pub fn sum(counts: &Counts) -> f64 {
+    counts.values().fold(0.0, |sum, value| sum + value)
+}
+
+/// Median, minimum and maximum of some durations.
+pub struct Summary {
+    pub median: Duration,
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Summary {
+    /// Panics on no samples.
+    pub fn of(samples: &[Duration]) -> Self {
+        let mut sorted = samples.to_vec();
+        sorted.sort();
+        let n = sorted.len();
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2
+        };
+        Summary {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+        }
+    }
+}
+
+/// A duration in milliseconds.
+pub fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A duration in seconds.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// How a goal came out.
+pub fn met(goal: bool) -> &'static str {
+    if goal { "met" } else { "missed" }
+}
+
+/// `a / b`.
+pub fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
