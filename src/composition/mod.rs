@@ -118,8 +118,6 @@ impl Error {
 /// The Helm operation on a release that failed; each has a reason of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HelmStep {
-    /// Reading the release's state.
-    Status,
     /// The first install.
     Install,
     /// An upgrade of an existing release.
@@ -134,7 +132,6 @@ impl HelmStep {
     /// The condition and event reason.
     fn reason(self) -> &'static str {
         match self {
-            HelmStep::Status => "ReleaseUnreadable",
             HelmStep::Install => "InstallFailed",
             HelmStep::Upgrade => "UpgradeFailed",
             HelmStep::Recover => "RecoveryFailed",
@@ -146,7 +143,6 @@ impl HelmStep {
 impl std::fmt::Display for HelmStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            HelmStep::Status => "reading the release",
             HelmStep::Install => "installing the release",
             HelmStep::Upgrade => "upgrading the release",
             HelmStep::Recover => "recovering the release",
@@ -664,17 +660,15 @@ async fn install(
         kubeconfig_for(&context.kube_config, &placement.namespace)?,
         &placement.namespace,
     );
-    let live = context
-        .helm
-        .status(&target, &placement.release)
+    let live = helm::latest_record(&context.client, &placement.namespace, &placement.release)
         .await
-        .map_err(|e| Error::Helm(HelmStep::Status, e))?;
+        .map_err(|e| Error::Kube("read release records", e))?;
     let mut step = match live {
         Some(_) => HelmStep::Upgrade,
         None => HelmStep::Install,
     };
-    if let Some(release) = &live
-        && release.status.is_pending()
+    if let Some((_, state)) = &live
+        && state.is_pending()
     {
         if !recover(context, &target, &placement.release).await? {
             step = HelmStep::Install;
@@ -685,8 +679,8 @@ async fn install(
             EventType::Warning,
             "Recovered",
             &format!(
-                "release {} was stuck in {}; recovered",
-                placement.release, release.status
+                "release {} was stuck in {state}; recovered",
+                placement.release
             ),
         )
         .await;

@@ -26,7 +26,7 @@ mod storage;
 
 pub use manifest::{ManifestError, RenderedObject, parse_manifest};
 pub use release::{Release, ReleaseStatus, Revision};
-pub use storage::recorded_status;
+pub use storage::{latest_record, recorded_status};
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -187,7 +187,9 @@ impl Engine {
         let workspace = Workspace::new("version")?;
         let args: [&OsStr; 2] = ["version".as_ref(), "--short".as_ref()];
         let out = self.run("version", &workspace, &args).await?;
-        Ok(out.trim().to_string())
+        let version = out.trim().to_string();
+        let _ = self.knows_server_side.set(knows_server_side(&version));
+        Ok(version)
     }
 
     /// Renders `chart` (a local `.tgz`) with `values` as release `release` in `namespace`,
