@@ -113,6 +113,17 @@ impl Error {
                 | Error::PermissionsMissing(_)
         )
     }
+
+    /// When to look again. A change of the composition brings a terminal error back at once;
+    /// missing permissions may also be on their way, since the operator binds the controller's
+    /// role in a new release namespace only once it sees a composition there.
+    fn retry_after(&self) -> Duration {
+        match self {
+            Error::PermissionsMissing(_) => Duration::from_secs(30),
+            error if error.is_terminal() => Duration::from_secs(300),
+            _ => Duration::from_secs(10),
+        }
+    }
 }
 
 /// The Helm operation on a release that failed; each has a reason of its own.
@@ -296,15 +307,13 @@ fn asked_for(object: &DynamicObject) -> Option<u64> {
 }
 
 fn error_policy(object: Arc<DynamicObject>, error: &Error, _context: Arc<Context>) -> Action {
+    let message = crate::runtime::error_message(error);
     if error.is_terminal() {
-        let error = crate::runtime::error_message(error);
-        tracing::info!(composition = %object.name_any(), %error, "waiting for a change");
-        Action::requeue(Duration::from_secs(300))
+        tracing::info!(composition = %object.name_any(), error = %message, "waiting for a change");
     } else {
-        let error = crate::runtime::error_message(error);
-        tracing::warn!(composition = %object.name_any(), %error, "reconcile failed");
-        Action::requeue(Duration::from_secs(10))
+        tracing::warn!(composition = %object.name_any(), error = %message, "reconcile failed");
     }
+    Action::requeue(error.retry_after())
 }
 
 #[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
@@ -1060,6 +1069,12 @@ mod tests {
         );
         assert_eq!(status.observed_generation, Some(4));
         assert_eq!(status.phase, Some(Phase::Failed));
+        let missing = Error::PermissionsMissing("batch/v1/Job".into());
+        assert!(missing.is_terminal());
+        assert!(
+            missing.retry_after() < Error::ReleaseName("-".into()).retry_after(),
+            "a binding may still be on its way"
+        );
 
         record_outcome(&mut status, &Ok(Action::await_change()), Some(5));
         assert_eq!(
