@@ -25,14 +25,11 @@ pub async fn recorded_status(
         .await?;
     Ok(record.and_then(|record| {
         let labels = record.labels();
-        (labels.get("owner").map(String::as_str) == Some("helm")
-            && labels.get("name").map(String::as_str) == Some(release))
-        .then(|| {
-            labels
-                .get("status")
-                .map(|s| ReleaseStatus::from(s.as_str()))
-        })
-        .flatten()
+        let label = |key: &str| labels.get(key).map(String::as_str);
+        if label("owner") != Some("helm") || label("name") != Some(release) {
+            return None;
+        }
+        label("status").map(ReleaseStatus::from)
     }))
 }
 

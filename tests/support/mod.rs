@@ -174,8 +174,11 @@ impl Process {
     /// Kills the process and every process it started at once, with no chance to clean up, as
     /// a node or container failure would.
     pub fn crash(&mut self) {
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        // Only while it runs: once reaped, its id (and so its group's) may be someone else's.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        }
         let _ = self.child.wait();
     }
 
