@@ -149,11 +149,61 @@ pub struct Context {
     trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
     >,
-    /// (CRD, definition) pairs whose compositions are watched.
-    watched: std::sync::Mutex<BTreeSet<(String, String)>>,
+    /// The composition watch of each definition (`namespace/name`): the CRD and version it
+    /// reads, and the task, stopped when the definition goes or its current version changes.
+    watched: std::sync::Mutex<BTreeMap<String, Watched>>,
+}
+
+/// A running composition watch.
+struct Watched {
+    crd: String,
+    version: String,
+    task: tokio::task::AbortHandle,
 }
 
 impl Context {
+    /// Watches the compositions of `definition` through `version` of its CRD, unless that
+    /// watch runs already; a watch of another CRD or version stops.
+    fn watch_compositions(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
+        let Ok(mut watched) = self.watched.lock() else {
+            return;
+        };
+        let key = definition_key(definition);
+        if watched
+            .get(&key)
+            .is_some_and(|w| w.crd == names.crd_name() && w.version == version)
+        {
+            return;
+        }
+        let task = watch::spawn(
+            self.client.clone(),
+            names,
+            version,
+            ObjectRef::from_obj(definition),
+            self.triggers.clone(),
+        );
+        let replaced = watched.insert(
+            key,
+            Watched {
+                crd: names.crd_name(),
+                version: version.to_string(),
+                task: task.abort_handle(),
+            },
+        );
+        if let Some(old) = replaced {
+            old.task.abort();
+        }
+    }
+
+    /// Stops the composition watch of a definition that is gone.
+    fn unwatch_compositions(&self, definition: &CompositionDefinition) {
+        if let Ok(mut watched) = self.watched.lock()
+            && let Some(old) = watched.remove(&definition_key(definition))
+        {
+            old.task.abort();
+        }
+    }
+
     /// A context for the operator.
     pub fn new(
         client: Client,
@@ -180,6 +230,15 @@ impl Context {
             watched: std::sync::Mutex::default(),
         }
     }
+}
+
+/// The key of a definition in the operator's own tables.
+fn definition_key(definition: &CompositionDefinition) -> String {
+    format!(
+        "{}/{}",
+        definition.namespace().unwrap_or_default(),
+        definition.name_any()
+    )
 }
 
 /// Runs the operator until `shutdown` resolves.
@@ -446,28 +505,7 @@ async fn converge(
         generation,
     );
 
-    let key = (
-        names.crd_name(),
-        format!(
-            "{}/{}",
-            definition.namespace().unwrap_or_default(),
-            definition.name_any()
-        ),
-    );
-    if context
-        .watched
-        .lock()
-        .is_ok_and(|mut watched| watched.insert(key))
-    {
-        let reference = ObjectRef::from_obj(definition);
-        watch::spawn(
-            context.client.clone(),
-            &names,
-            &current_version,
-            reference,
-            context.triggers.clone(),
-        );
-    }
+    context.watch_compositions(definition, &names, &current_version);
 
     // Versions in use: the current one, and every earlier one that compositions still carry.
     let resource = GeneratedResource {
@@ -737,6 +775,7 @@ async fn cleanup(definition: &CompositionDefinition, context: &Context) -> Resul
     {
         delete_crd_if_unshared(&context.client, definition, &crd_status.name).await?;
     }
+    context.unwatch_compositions(definition);
     Ok(Action::await_change())
 }
 

@@ -17,14 +17,15 @@ use crate::api::{CompositionDefinition, VERSION_LABEL};
 use crate::crd::Names;
 
 /// Watches the compositions of `names` (metadata only) and sends `definition` whenever one is
-/// added or deleted or changes its version label; status updates are ignored.
+/// added or deleted or changes its version label; status updates are ignored. Runs until the
+/// returned task is aborted.
 pub fn spawn(
     client: Client,
     names: &Names,
     version: &str,
     definition: ObjectRef<CompositionDefinition>,
     triggers: UnboundedSender<ObjectRef<CompositionDefinition>>,
-) {
+) -> tokio::task::JoinHandle<()> {
     let gvk = GroupVersionKind::gvk(&names.group, version, &names.kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, &names.plural);
     let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource);
@@ -65,5 +66,5 @@ pub fn spawn(
                 break;
             }
         }
-    });
+    })
 }
