@@ -149,30 +149,27 @@ pub struct Context {
     trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
     >,
-    /// The composition watch of each definition (`namespace/name`): the CRD and version it
-    /// reads, and the task, stopped when the definition goes or its current version changes.
+    /// The composition watch of each definition (`namespace/name`): the CRD it reads, and the
+    /// task, stopped when the definition goes.
     watched: std::sync::Mutex<BTreeMap<String, Watched>>,
 }
 
 /// A running composition watch.
 struct Watched {
     crd: String,
-    version: String,
     task: tokio::task::AbortHandle,
 }
 
 impl Context {
-    /// Watches the compositions of `definition` through `version` of its CRD, unless that
-    /// watch runs already; a watch of another CRD or version stops.
+    /// Watches the compositions of `definition` through `version` of its CRD, unless a watch
+    /// of that CRD runs already (any served version lists them all, and a version just added
+    /// is not served at once); a watch of another CRD stops.
     fn watch_compositions(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
         let Ok(mut watched) = self.watched.lock() else {
             return;
         };
         let key = definition_key(definition);
-        if watched
-            .get(&key)
-            .is_some_and(|w| w.crd == names.crd_name() && w.version == version)
-        {
+        if watched.get(&key).is_some_and(|w| w.crd == names.crd_name()) {
             return;
         }
         let task = watch::spawn(
@@ -186,7 +183,6 @@ impl Context {
             key,
             Watched {
                 crd: names.crd_name(),
-                version: version.to_string(),
                 task: task.abort_handle(),
             },
         );
