@@ -624,12 +624,19 @@ async fn install(
         .iter()
         .find(|c| c.name == LOCAL_CLUSTER)
         .cloned();
-    // The same inputs rendered, passed the RBAC check and installed before: confirm that the
-    // release and its objects are still there, without a `helm` process.
+    // Helm's own records, read without a `helm` process.
+    let live = helm::latest_record(&context.client, &placement.namespace, &placement.release)
+        .await
+        .map_err(|e| Error::Kube("read release records", e))?;
+    // The same inputs rendered, passed the RBAC check and were installed before: nothing to do
+    // while that revision is still the deployed one and its objects are still there.
     if let Some(recorded) = &recorded
         && recorded.fingerprint.as_deref() == Some(fingerprint.as_str())
         && recorded.release == placement.release
-        && is_deployed(context, recorded).await?
+        && live.as_ref().is_some_and(|(revision, state)| {
+            *state == helm::ReleaseStatus::Deployed
+                && i64::try_from(*revision).ok() == recorded.revision
+        })
         && resources_exist(&context.client, &status.resources, &placement.namespace).await?
     {
         return Ok(Action::requeue(context.config.resync));
@@ -665,13 +672,7 @@ async fn install(
             name: o.name.clone(),
         })
         .collect();
-    let target = helm::Target::new(
-        kubeconfig_for(&context.kube_config, &placement.namespace)?,
-        &placement.namespace,
-    );
-    let live = helm::latest_record(&context.client, &placement.namespace, &placement.release)
-        .await
-        .map_err(|e| Error::Kube("read release records", e))?;
+    let target = target(context, &placement.namespace)?;
     let mut step = match live {
         Some(_) => HelmStep::Upgrade,
         None => HelmStep::Install,
@@ -778,26 +779,43 @@ async fn replaced(
     previous: &ClusterStatus,
     current: &str,
 ) -> Result<(), Error> {
-    let target = helm::Target::new(
-        kubeconfig_for(&context.kube_config, &previous.namespace)?,
+    let note = format!("release {} replaced by {current}", previous.release);
+    uninstall(
+        context,
+        object,
         &previous.namespace,
-    );
+        &previous.release,
+        &note,
+    )
+    .await
+}
+
+/// Uninstalls `release` from `namespace`, with an event saying `note` when it was there (a
+/// release that is gone already is fine).
+async fn uninstall(
+    context: &Context,
+    object: &DynamicObject,
+    namespace: &str,
+    release: &str,
+    note: &str,
+) -> Result<(), Error> {
     let existed = context
         .helm
-        .uninstall(&target, &previous.release)
+        .uninstall(&target(context, namespace)?, release)
         .await
         .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
     if existed {
-        publish(
-            context,
-            object,
-            EventType::Normal,
-            "Uninstalled",
-            &format!("release {} replaced by {current}", previous.release),
-        )
-        .await;
+        publish(context, object, EventType::Normal, "Uninstalled", note).await;
     }
     Ok(())
+}
+
+/// Helm's view of `namespace`, with this controller's own credentials.
+fn target(context: &Context, namespace: &str) -> Result<helm::Target, Error> {
+    Ok(helm::Target::new(
+        kubeconfig_for(&context.kube_config, namespace)?,
+        namespace,
+    ))
 }
 
 /// Puts `entry` in place of the cluster's entry; its transition time moves only with the phase.
@@ -888,22 +906,6 @@ async fn missing_permissions(
     Ok(missing)
 }
 
-/// Whether Helm's record of the recorded revision says it is the deployed one.
-async fn is_deployed(context: &Context, recorded: &ClusterStatus) -> Result<bool, Error> {
-    let Some(revision) = recorded.revision.and_then(|r| u64::try_from(r).ok()) else {
-        return Ok(false);
-    };
-    let state = helm::recorded_status(
-        &context.client,
-        &recorded.namespace,
-        &recorded.release,
-        revision,
-    )
-    .await
-    .map_err(|e| Error::Kube("read release record", e))?;
-    Ok(state == Some(helm::ReleaseStatus::Deployed))
-}
-
 async fn resources_exist(
     client: &Client,
     resources: &[ResourceRef],
@@ -938,32 +940,22 @@ async fn resources_exist(
     Ok(true)
 }
 
-/// Deletion: uninstall the release (a release that is gone already is fine).
+/// Deletion: uninstall the release.
 async fn cleanup(
     object: &DynamicObject,
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Action, Error> {
     let placement = placement(object, definition)?;
-    let target = helm::Target::new(
-        kubeconfig_for(&context.kube_config, &placement.namespace)?,
+    let note = format!("release {} uninstalled", placement.release);
+    uninstall(
+        context,
+        object,
         &placement.namespace,
-    );
-    let existed = context
-        .helm
-        .uninstall(&target, &placement.release)
-        .await
-        .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
-    if existed {
-        publish(
-            context,
-            object,
-            EventType::Normal,
-            "Uninstalled",
-            &format!("release {} uninstalled", placement.release),
-        )
-        .await;
-    }
+        &placement.release,
+        &note,
+    )
+    .await?;
     Ok(Action::await_change())
 }
 

@@ -10,7 +10,7 @@ mod objects;
 mod permissions;
 mod watch;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -149,9 +149,9 @@ pub struct Context {
     trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
     >,
-    /// The composition watch of each definition (`namespace/name`): the CRD it reads, and the
-    /// task, stopped when the definition goes.
-    watched: std::sync::Mutex<BTreeMap<String, Watched>>,
+    /// The composition watch of each definition: the CRD it reads, and the task, stopped when
+    /// the definition goes.
+    watched: std::sync::Mutex<HashMap<ObjectRef<CompositionDefinition>, Watched>>,
 }
 
 /// A running composition watch.
@@ -168,7 +168,7 @@ impl Context {
         let Ok(mut watched) = self.watched.lock() else {
             return;
         };
-        let key = definition_key(definition);
+        let key = ObjectRef::from_obj(definition);
         if watched.get(&key).is_some_and(|w| w.crd == names.crd_name()) {
             return;
         }
@@ -176,7 +176,7 @@ impl Context {
             self.client.clone(),
             names,
             version,
-            ObjectRef::from_obj(definition),
+            key.clone(),
             self.triggers.clone(),
         );
         let replaced = watched.insert(
@@ -194,7 +194,7 @@ impl Context {
     /// Stops the composition watch of a definition that is gone.
     fn unwatch_compositions(&self, definition: &CompositionDefinition) {
         if let Ok(mut watched) = self.watched.lock()
-            && let Some(old) = watched.remove(&definition_key(definition))
+            && let Some(old) = watched.remove(&ObjectRef::from_obj(definition))
         {
             old.task.abort();
         }
@@ -226,15 +226,6 @@ impl Context {
             watched: std::sync::Mutex::default(),
         }
     }
-}
-
-/// The key of a definition in the operator's own tables.
-fn definition_key(definition: &CompositionDefinition) -> String {
-    format!(
-        "{}/{}",
-        definition.namespace().unwrap_or_default(),
-        definition.name_any()
-    )
 }
 
 /// Runs the operator until `shutdown` resolves.

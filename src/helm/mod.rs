@@ -26,7 +26,7 @@ mod storage;
 
 pub use manifest::{ManifestError, RenderedObject, parse_manifest};
 pub use release::{Release, ReleaseStatus, Revision};
-pub use storage::{latest_record, recorded_status};
+pub use storage::latest_record;
 
 use std::ffi::OsStr;
 use std::io::Write;

@@ -7,32 +7,6 @@ use kube::{Client, ResourceExt};
 
 use super::ReleaseStatus;
 
-/// The Secret Helm stores `revision` of `release` in.
-fn record_name(release: &str, revision: u64) -> String {
-    format!("sh.helm.release.v1.{release}.v{revision}")
-}
-
-/// The state Helm recorded for `revision` of `release` in `namespace`, if that revision exists.
-/// Reads only the Secret's metadata (its `status` label), never the release it holds.
-pub async fn recorded_status(
-    client: &Client,
-    namespace: &str,
-    release: &str,
-    revision: u64,
-) -> Result<Option<ReleaseStatus>, kube::Error> {
-    let record = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_metadata_opt(&record_name(release, revision))
-        .await?;
-    Ok(record.and_then(|record| {
-        let labels = record.labels();
-        let label = |key: &str| labels.get(key).map(String::as_str);
-        if label("owner") != Some("helm") || label("name") != Some(release) {
-            return None;
-        }
-        label("status").map(ReleaseStatus::from)
-    }))
-}
-
 /// The latest revision Helm recorded of `release` in `namespace`, and its state; `None` when
 /// there is no such release. Lists only the records' metadata.
 pub async fn latest_record(
