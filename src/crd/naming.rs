@@ -121,9 +121,14 @@ pub fn plural_of(singular: &str) -> String {
 /// `-`: `1.1.5` → `v1-1-5`, `2.0.0-RC.1` → `v2-0-0-rc-1`. Lower-casing first keeps upper-case
 /// pre-release tags apart instead of collapsing them into a dash.
 pub fn version_name(chart_version: &str) -> Result<String, Error> {
+    // Charts versioned `v1.19.1` (cert-manager) get `v1-19-1`, not `vv1-19-1`.
+    let unprefixed = match chart_version.strip_prefix(['v', 'V']) {
+        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => rest,
+        _ => chart_version,
+    };
     let mut name = String::from("v");
     let mut dash = false;
-    for c in chart_version.to_lowercase().chars() {
+    for c in unprefixed.to_lowercase().chars() {
         if c.is_ascii_lowercase() || c.is_ascii_digit() {
             name.push(c);
             dash = false;
@@ -228,7 +233,9 @@ mod tests {
         assert_eq!(version_name("1.1.5").unwrap(), "v1-1-5");
         assert_eq!(version_name("2.0.4+aa1b838").unwrap(), "v2-0-4-aa1b838");
         assert_eq!(version_name("1.0.0-RC.1").unwrap(), "v1-0-0-rc-1");
-        assert_eq!(version_name("v1.2.3").unwrap(), "vv1-2-3");
+        assert_eq!(version_name("v1.19.1").unwrap(), "v1-19-1");
+        assert_eq!(version_name("V2.0").unwrap(), "v2-0");
+        assert_eq!(version_name("very-1").unwrap(), "vvery-1");
         assert!(version_name(&"1.".repeat(40)).is_err());
     }
 
