@@ -57,7 +57,8 @@ printf '  spec fields: %s\n' "$(kubectl get crd fireworksapps.composition.compos
   -o jsonpath='{.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties}' \
   | python3 -c 'import json,sys; print(", ".join(sorted(json.load(sys.stdin))))')"
 
-step "Its controller, with RBAC derived from the chart"
+step "Its controller, with RBAC derived from what the chart writes with its default values"
+run kubectl -n demo get compositiondefinition fireworksapp -o jsonpath='{.status.versions[0].footprint}'; echo
 run kubectl -n demo get deployment,serviceaccount -l compositor.dev/definition=demo.fireworksapp
 run kubectl get clusterrole -l compositor.dev/definition=demo.fireworksapp
 SA=system:serviceaccount:demo:fireworksapps-v1-1-5-controller

@@ -6,9 +6,8 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -135,20 +134,9 @@ impl Fixture {
         namespace: Option<&str>,
         name: Option<&str>,
     ) -> bool {
-        let review: SubjectAccessReview = serde_json::from_value(json!({
-            "spec": {
-                "user": format!("system:serviceaccount:{}:{controller}", self.namespace),
-                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", self.namespace)],
-                "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                       "namespace": namespace, "name": name},
-            }
-        }))
-        .unwrap();
-        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
-            .await
-            .expect("subject access review");
-        answer.status.expect("review status").allowed
+        let attributes = json!({"verb": verb, "group": group, "resource": resource,
+                                "namespace": namespace, "name": name});
+        support::service_account_can(&self.client, (&self.namespace, controller), attributes).await
     }
 
     fn compositions(&self, version: &str, namespace: &str) -> Api<DynamicObject> {
@@ -395,22 +383,42 @@ async fn every_kind_the_chart_can_create_is_allowed_and_nothing_else() {
         )
         .await;
     fixture.wait_condition("optional", "Ready", "True").await;
-    let cluster_role = Api::<ClusterRole>::all(fixture.client.clone())
-        .get(&format!(
-            "compositor:{}:optionalkinds-v0-1-0:release",
-            fixture.namespace
-        ))
+    // Nothing of the chart is granted before a composition asks for it, and then only where
+    // its release goes.
+    let team = support::namespace(&fixture.client, "op-kinds-team").await;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&group, "v0-1-0", "OptionalKind"),
+        "optionalkinds",
+    );
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v0-1-0"), "kind": "OptionalKind",
+        "metadata": {"name": "one"}, "spec": {}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::namespaced_with(fixture.client.clone(), &team, &resource)
+        .create(&PostParams::default(), &composition)
         .await
-        .expect("release role");
-    let rules = serde_json::to_value(cluster_role.rules).unwrap();
+        .expect("composition");
+    let roles = Api::<Role>::namespaced(fixture.client.clone(), &team);
+    let name = format!("compositor:{}:optionalkinds-v0-1-0", fixture.namespace);
+    support::eventually(
+        "the release namespace is granted",
+        Duration::from_secs(30),
+        || async { roles.get_opt(&name).await.expect("read role").is_some() },
+    )
+    .await;
+    let role = roles.get(&name).await.expect("role");
+    let rules = serde_json::to_value(role.rules).unwrap();
+    let helm = json!([
+        "get", "list", "watch", "create", "update", "patch", "delete"
+    ]);
     // NetworkPolicy is rendered only when a value enables it; its literal kind still counts.
     assert_eq!(
         rules,
         json!([
-            {"apiGroups": [""], "resources": ["configmaps", "secrets"],
-             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": helm},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": helm},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": helm},
         ]),
         "group {group}"
     );
@@ -744,15 +752,8 @@ async fn charts_come_from_the_oci_registry_and_from_archive_urls() {
         )
         .await;
     let from_oci = fixture.wait_condition("from-oci", "Ready", "True").await;
-    assert!(
-        from_oci
-            .status
-            .unwrap()
-            .chart
-            .unwrap()
-            .digest
-            .starts_with("sha256:")
-    );
+    let status = from_oci.status.unwrap();
+    assert!(status.chart.unwrap().digest.starts_with("sha256:"));
     assert!(
         fixture
             .controller_can(
@@ -765,23 +766,20 @@ async fn charts_come_from_the_oci_registry_and_from_archive_urls() {
             )
             .await
     );
-    let roles = Api::<ClusterRole>::all(fixture.client.clone());
-    let cluster_rules = roles
-        .get(&format!(
-            "compositor:{}:tenantaddons-v0-1-0",
-            fixture.namespace
-        ))
-        .await
-        .unwrap()
-        .rules
-        .unwrap();
+    // The chart's ClusterRole is named after each release: the status shows it as a pattern,
+    // granted by name once a composition fills it in.
+    let footprint = status.versions[0].footprint.clone().expect("footprint");
     assert!(
-        cluster_rules.iter().any(|r| r
-            .resources
-            .as_ref()
-            .unwrap()
-            .contains(&"clusterroles".to_string())),
-        "tenant-addon creates a ClusterRole: {cluster_rules:?}"
+        footprint.cluster_objects.contains(
+            &"clusterroles.rbac.authorization.k8s.io tenant-addon:{namespace}:{release}"
+                .to_string()
+        ),
+        "{footprint:?}"
+    );
+    assert_eq!(
+        footprint.cluster_rules,
+        ["get,list,watch configmaps"],
+        "what the chart's ClusterRole grants"
     );
 
     fixture
@@ -1388,7 +1386,10 @@ async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() 
     .await;
     let (reason, message) = reason_of(&status);
     assert_eq!(reason, "PermissionsMissing", "{message}");
-    assert!(message.contains("batch/v1/Job"), "{message}");
+    assert!(
+        message.contains(r#"create jobs.batch "sneaky" in namespace"#),
+        "{message}"
+    );
 
     let helm = support::Helm::new();
     for release in ["unlucky", "greedy"] {

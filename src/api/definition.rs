@@ -43,6 +43,34 @@ pub struct CompositionDefinitionSpec {
     /// What deleting the definition does to its compositions.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// What the controllers may do beyond what the chart's default render shows.
+    #[serde(default, skip_serializing_if = "PermissionsSpec::is_empty")]
+    pub permissions: PermissionsSpec,
+}
+
+/// Grants beyond the chart's default render, which alone decides what a controller may do.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionsSpec {
+    /// Namespaces (besides the release namespace and those the chart writes into with its
+    /// default values) where compositions' values may place objects: each gets every namespaced
+    /// kind the chart writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
+    )]
+    pub namespaces: Vec<String>,
+}
+
+impl PermissionsSpec {
+    /// Whether nothing is granted beyond the chart's default render.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+    }
 }
 
 /// A chart in a Helm repository, an OCI registry, or at a `.tgz` URL.
@@ -212,4 +240,37 @@ pub struct DefinitionVersion {
     pub controller: String,
     /// Number of compositions of this version.
     pub compositions: i64,
+    /// What the chart writes with its default values, which is what the controller may write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footprint: Option<VersionFootprint>,
+}
+
+/// What a chart writes with its default values. In names, `{release}` stands for a
+/// composition's release name and `{namespace}` for its release namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionFootprint {
+    /// Each namespace the chart writes into, `{namespace}` being the release namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<NamespaceFootprint>,
+    /// Cluster-scoped objects: `<resource> <name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_objects: Vec<String>,
+    /// What the chart's ClusterRoles grant, and the ClusterRoles it binds without defining
+    /// them; the controller holds these to be allowed to create and bind them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_rules: Vec<String>,
+}
+
+/// What a chart writes in one namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceFootprint {
+    /// The namespace; `{namespace}` is the release namespace.
+    pub namespace: String,
+    /// Resources written there.
+    pub kinds: Vec<String>,
+    /// What the chart's Roles there grant, and the roles it binds there without defining them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }

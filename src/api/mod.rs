@@ -10,7 +10,8 @@ pub use conditions::{find_condition, remove_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,
-    NamespacePlacement, Placement, ResolvedChart, SchemaOptions,
+    NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
+    SchemaOptions, VersionFootprint,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,6 +34,9 @@ pub const OWNER_ANNOTATION: &str = "compositor.dev/owner";
 /// Annotation holding a hash of what compositor last applied, so an unchanged object is not
 /// written again.
 pub const APPLIED_HASH_ANNOTATION: &str = "compositor.dev/applied-hash";
+/// Annotation on a namespace compositor created for a composition: the composition's UID. Only
+/// such a namespace is deleted with the composition's release.
+pub const NAMESPACE_OWNER_ANNOTATION: &str = "compositor.dev/created-for";
 /// Finalizer on definitions and compositions.
 pub const FINALIZER: &str = "compositor.dev/finalizer";
 

@@ -2,10 +2,11 @@
 //! every literal `apiVersion`/`kind` pair in the templates of the chart and its subcharts (kinds
 //! that only a value enables are found there).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::ResolvedKind;
 use crate::chart::TemplateFile;
-use crate::helm::RenderedObject;
+use crate::helm::{RenderedDocument, RenderedObject};
 
 /// A kind by API version, e.g. (`apps/v1`, `Deployment`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,6 +48,33 @@ pub fn chart_kinds(rendered: &[RenderedObject], templates: &[TemplateFile]) -> B
     rendered
         .chain(templates.iter().flat_map(|t| literal_kinds(&t.content)))
         .collect()
+}
+
+/// The kinds the chart's own CustomResourceDefinitions define, so that a chart installing a
+/// CRD and objects of it needs no discovery of a kind the cluster does not serve yet.
+pub fn crd_kinds(documents: &[RenderedDocument]) -> BTreeMap<TypeRef, ResolvedKind> {
+    let mut kinds = BTreeMap::new();
+    for document in documents {
+        if document.object.kind != "CustomResourceDefinition" {
+            continue;
+        }
+        let spec = &document.body["spec"];
+        let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+        let (group, kind) = (text(&spec["group"]), text(&spec["names"]["kind"]));
+        let resolved = ResolvedKind {
+            group: group.clone(),
+            plural: text(&spec["names"]["plural"]),
+            namespaced: spec["scope"] != "Cluster",
+        };
+        for version in spec["versions"].as_array().into_iter().flatten() {
+            let type_ref = TypeRef {
+                api_version: format!("{group}/{}", text(&version["name"])),
+                kind: kind.clone(),
+            };
+            kinds.insert(type_ref, resolved.clone());
+        }
+    }
+    kinds
 }
 
 /// `apiVersion`/`kind` pairs written literally (no template action in the value) at the top

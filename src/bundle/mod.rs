@@ -4,13 +4,18 @@
 //! The bundle is described once, as typed objects built by a pure function; applying, listing
 //! and deleting all work from that description and from the labels it sets.
 
+mod footprint;
 mod kinds;
 mod rbac;
 
-pub use kinds::{TypeRef, chart_kinds, literal_kinds};
+pub use footprint::{
+    ClusterUse, Footprint, NAMESPACE, NamespaceUse, PROBE_NAMESPACE, PROBE_RELEASE, RELEASE,
+    ReleasePlace, describe,
+};
+pub use kinds::{TypeRef, chart_kinds, crd_kinds, literal_kinds};
 pub use rbac::{Permissions, ResolvedKind};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -58,14 +63,15 @@ pub struct Bundle {
     pub service_account: ServiceAccount,
     /// The controller.
     pub deployment: Deployment,
-    /// Cluster-wide rules: the generated resource, cluster-scoped chart kinds, events, namespaces.
+    /// Cluster-wide rules: the generated resource, what the chart needs at cluster scope,
+    /// events, the namespaces compositor created for releases.
     pub cluster_role: ClusterRole,
     /// Binds `cluster_role` to the ServiceAccount.
     pub cluster_role_binding: ClusterRoleBinding,
-    /// Namespaced chart kinds and Helm's release Secrets, granted only where releases live.
-    pub release_role: ClusterRole,
-    /// Binds `release_role` in every namespace that holds a release of this version.
-    pub release_bindings: Vec<RoleBinding>,
+    /// What the chart needs in each namespace it writes into (and Helm's release Secrets in
+    /// release namespaces), each bound there: release namespaces last, so that a controller that
+    /// can read its release records has every other grant already.
+    pub namespace_roles: Vec<(Role, RoleBinding)>,
     /// `get` on the definition and on the credential Secrets the chart reference uses.
     pub definition_role: Role,
     /// Binds `definition_role` to the ServiceAccount.
@@ -180,7 +186,6 @@ impl Controller {
             name: name.into(),
         };
         let cluster_name = self.cluster_name(definition);
-        let release_name = format!("{cluster_name}:release");
 
         let cluster_role = ClusterRole {
             metadata: cluster_meta(cluster_name.clone()),
@@ -192,27 +197,39 @@ impl Controller {
             role_ref: role_ref("ClusterRole", &cluster_name),
             subjects: subjects.clone(),
         };
-        let release_role = ClusterRole {
-            metadata: cluster_meta(release_name.clone()),
-            rules: Some(self.permissions.release_rules()),
-            ..ClusterRole::default()
-        };
-        let release_bindings = self
+        let release_namespaces: BTreeSet<&String> = self
             .permissions
-            .release_namespaces
+            .releases
             .iter()
-            .map(|release_namespace| RoleBinding {
-                metadata: ObjectMeta {
+            .map(|place| &place.namespace)
+            .collect();
+        let mut namespace_roles: Vec<(Role, RoleBinding)> = self
+            .permissions
+            .namespace_rules()
+            .into_iter()
+            .map(|(namespace, rules)| {
+                let metadata = ObjectMeta {
                     name: Some(cluster_name.clone()),
-                    namespace: Some(release_namespace.clone()),
+                    namespace: Some(namespace),
                     labels: Some(labels.clone()),
                     annotations: Some(annotations.clone()),
                     ..ObjectMeta::default()
-                },
-                role_ref: role_ref("ClusterRole", &release_name),
-                subjects: subjects.clone(),
+                };
+                let role = Role {
+                    metadata: metadata.clone(),
+                    rules: Some(rules),
+                };
+                let binding = RoleBinding {
+                    metadata,
+                    role_ref: role_ref("Role", &cluster_name),
+                    subjects: subjects.clone(),
+                };
+                (role, binding)
             })
             .collect();
+        namespace_roles.sort_by_key(|(role, _)| {
+            release_namespaces.contains(&role.namespace().unwrap_or_default())
+        });
         let definition_role = Role {
             metadata: owned.clone(),
             rules: Some(self.permissions.definition_rules(&definition.name_any())),
@@ -231,8 +248,7 @@ impl Controller {
             deployment: self.deployment(definition, owned)?,
             cluster_role,
             cluster_role_binding,
-            release_role,
-            release_bindings,
+            namespace_roles,
             definition_role,
             definition_role_binding,
         })
@@ -311,9 +327,9 @@ impl Bundle {
             dynamic(&self.service_account)?,
             dynamic(&self.cluster_role)?,
             dynamic(&self.cluster_role_binding)?,
-            dynamic(&self.release_role)?,
         ];
-        for binding in &self.release_bindings {
+        for (role, binding) in &self.namespace_roles {
+            objects.push(dynamic(role)?);
             objects.push(dynamic(binding)?);
         }
         objects.extend([

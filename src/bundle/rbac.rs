@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::GeneratedResource;
+use super::footprint::{Footprint, ReleasePlace};
 
 /// The verbs Helm needs on every kind it installs.
-const HELM_VERBS: [&str; 7] = [
+pub(super) const HELM_VERBS: [&str; 7] = [
     "get", "list", "watch", "create", "update", "patch", "delete",
 ];
 
@@ -22,25 +23,35 @@ pub struct ResolvedKind {
     pub namespaced: bool,
 }
 
+impl std::fmt::Display for ResolvedKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.group.as_str() {
+            "" => f.write_str(&self.plural),
+            group => write!(f, "{}.{group}", self.plural),
+        }
+    }
+}
+
 /// What one version's controller may do.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Permissions {
-    /// Every kind the chart can create.
-    pub kinds: BTreeSet<ResolvedKind>,
-    /// Whether the placement makes the controller create release namespaces.
-    pub creates_namespaces: bool,
+    /// What the chart writes with its default values.
+    pub footprint: Footprint,
+    /// Where the releases of this version go: the controller may write only there.
+    pub releases: Vec<ReleasePlace>,
+    /// Namespaces the definition lists beyond those its chart writes into.
+    pub listed_namespaces: BTreeSet<String>,
+    /// Whether compositor creates each release namespace, so the controller deletes it again.
+    pub owns_namespaces: bool,
     /// Credential Secrets (in the definition's namespace) the controller reads.
     pub secrets: BTreeSet<String>,
     /// CA bundle ConfigMaps (in the definition's namespace) the controller reads.
     pub config_maps: BTreeSet<String>,
-    /// Namespaces holding releases of this version: the only places where the controller may
-    /// touch namespaced chart kinds and Helm's release Secrets.
-    pub release_namespaces: BTreeSet<String>,
 }
 
 impl Permissions {
-    /// Cluster-wide rules: the generated resource, cluster-scoped chart kinds, namespaces when
-    /// the placement creates them, and events.
+    /// Cluster-wide rules: the generated resource, what the chart needs at cluster scope, the
+    /// release namespaces compositor created (by name), and events.
     pub fn cluster_rules(&self, resource: &GeneratedResource) -> Vec<PolicyRule> {
         let plural = &resource.plural;
         let mut rules = vec![rule(
@@ -52,15 +63,16 @@ impl Permissions {
             ],
             &["get", "list", "watch", "update", "patch"],
         )];
-        rules.extend(kind_rules(
-            self.kinds.iter().filter(|kind| !kind.namespaced),
-        ));
-        if self.creates_namespaces {
-            rules.push(rule(
-                "",
-                ["namespaces".to_string()],
-                &["get", "create", "delete"],
-            ));
+        rules.extend(self.footprint.cluster_rules(&self.releases));
+        let owned: BTreeSet<String> = self
+            .releases
+            .iter()
+            .map(|place| place.namespace.clone())
+            .collect();
+        if self.owns_namespaces && !owned.is_empty() {
+            let mut namespaces = rule("", ["namespaces".to_string()], &["get", "delete"]);
+            namespaces.resource_names = Some(owned.into_iter().collect());
+            rules.push(namespaces);
         }
         rules.push(PolicyRule {
             api_groups: Some(vec![String::new(), "events.k8s.io".into()]),
@@ -71,20 +83,20 @@ impl Permissions {
         rules
     }
 
-    /// Rules bound in each release namespace: namespaced chart kinds and Helm's release Secrets.
-    pub fn release_rules(&self) -> Vec<PolicyRule> {
-        let helm_storage = ResolvedKind {
-            group: String::new(),
-            plural: "secrets".into(),
-            namespaced: true,
-        };
-        let kinds: BTreeSet<_> = self
-            .kinds
-            .iter()
-            .filter(|kind| kind.namespaced)
-            .chain([&helm_storage])
-            .collect();
-        kind_rules(kinds.into_iter())
+    /// Rules per namespace: what the chart writes there, and Helm's release Secrets in each
+    /// release namespace.
+    pub fn namespace_rules(&self) -> BTreeMap<String, Vec<PolicyRule>> {
+        let mut by_namespace = self
+            .footprint
+            .namespace_rules(&self.releases, &self.listed_namespaces);
+        let helm_storage = rule("", ["secrets".to_string()], &HELM_VERBS);
+        for place in &self.releases {
+            let rules = by_namespace.entry(place.namespace.clone()).or_default();
+            if !rules.contains(&helm_storage) {
+                rules.push(helm_storage.clone());
+            }
+        }
+        by_namespace
     }
 
     /// Rules in the definition's namespace: `get` on the definition itself (the controller reads
@@ -118,7 +130,7 @@ impl Permissions {
 }
 
 /// One rule per API group with Helm's verbs on every resource of that group.
-fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRule> {
+pub(super) fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRule> {
     let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for kind in kinds {
         by_group
@@ -132,7 +144,11 @@ fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRu
         .collect()
 }
 
-fn rule(group: &str, resources: impl IntoIterator<Item = String>, verbs: &[&str]) -> PolicyRule {
+pub(super) fn rule(
+    group: &str,
+    resources: impl IntoIterator<Item = String>,
+    verbs: &[&str],
+) -> PolicyRule {
     PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(resources.into_iter().collect()),

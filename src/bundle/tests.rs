@@ -12,12 +12,42 @@ fn definition(namespace: &str, name: &str) -> CompositionDefinition {
     definition
 }
 
-fn controller() -> Controller {
-    let kind = |group: &str, plural: &str, namespaced| ResolvedKind {
+fn kind(group: &str, plural: &str, namespaced: bool) -> ResolvedKind {
+    ResolvedKind {
         group: group.into(),
         plural: plural.into(),
         namespaced,
-    };
+    }
+}
+
+fn place(release: &str, namespace: &str) -> ReleasePlace {
+    ReleasePlace {
+        release: release.into(),
+        namespace: namespace.into(),
+    }
+}
+
+/// A chart writing ConfigMaps, Deployments and Services in the release namespace and one
+/// ClusterRole named after the release, installed twice.
+fn controller() -> Controller {
+    let mut footprint = Footprint::default();
+    footprint.namespaces.insert(
+        NAMESPACE.into(),
+        NamespaceUse {
+            kinds: [
+                kind("", "configmaps", true),
+                kind("apps", "deployments", true),
+                kind("", "services", true),
+            ]
+            .into(),
+            ..NamespaceUse::default()
+        },
+    );
+    let clusterroles = kind("rbac.authorization.k8s.io", "clusterroles", false);
+    footprint
+        .cluster
+        .objects
+        .insert(clusterroles, [format!("{RELEASE}-reader")].into());
     Controller {
         resource: GeneratedResource {
             group: "composition.compositor.dev".into(),
@@ -27,17 +57,12 @@ fn controller() -> Controller {
         chart_version: "1.1.5".into(),
         image: "compositor:test".into(),
         permissions: Permissions {
-            kinds: [
-                kind("", "configmaps", true),
-                kind("apps", "deployments", true),
-                kind("", "services", true),
-                kind("rbac.authorization.k8s.io", "clusterroles", false),
-            ]
-            .into(),
-            creates_namespaces: false,
+            footprint,
+            releases: vec![place("acme", "team-b"), place("beta", "team-a")],
+            listed_namespaces: BTreeSet::new(),
+            owns_namespaces: false,
             secrets: ["repo-password".to_string()].into(),
             config_maps: ["repo-ca".to_string()].into(),
-            release_namespaces: ["team-a".to_string(), "team-b".to_string()].into(),
         },
     }
 }
@@ -58,14 +83,14 @@ fn names_carry_plural_version_and_namespace() {
         bundle.cluster_role.metadata.name.as_deref(),
         Some("compositor:demo:fireworksapps-v1-1-5")
     );
-    assert_eq!(
-        bundle.release_role.metadata.name.as_deref(),
-        Some("compositor:demo:fireworksapps-v1-1-5:release")
-    );
     let namespaces: Vec<_> = bundle
-        .release_bindings
+        .namespace_roles
         .iter()
-        .map(|b| b.metadata.namespace.clone().unwrap())
+        .map(|(role, binding)| {
+            assert_eq!(role.metadata.name, binding.metadata.name);
+            assert_eq!(binding.role_ref.kind, "Role");
+            binding.metadata.namespace.clone().unwrap()
+        })
         .collect();
     assert_eq!(namespaces, ["team-a", "team-b"]);
 }
@@ -128,21 +153,23 @@ fn rules_are_exactly_what_helm_needs() {
             {"apiGroups": ["composition.compositor.dev"],
              "resources": ["fireworksapps", "fireworksapps/status", "fireworksapps/finalizers"],
              "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+             "resourceNames": ["acme-reader", "beta-reader"],
+             "verbs": ["get", "update", "patch", "delete"]},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         ])
     );
-    let release = serde_json::to_value(controller.permissions.release_rules()).unwrap();
-    assert_eq!(
-        release,
-        json!([
-            {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
-             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"],
-             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-        ])
-    );
+    let namespaced = serde_json::to_value(controller.permissions.namespace_rules()).unwrap();
+    let helm = json!([
+        "get", "list", "watch", "create", "update", "patch", "delete"
+    ]);
+    let release = json!([
+        {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": helm},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": helm},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": helm},
+    ]);
+    assert_eq!(namespaced, json!({"team-a": release, "team-b": release}));
     let definition =
         serde_json::to_value(controller.permissions.definition_rules("fireworksapp")).unwrap();
     assert_eq!(
@@ -156,7 +183,7 @@ fn rules_are_exactly_what_helm_needs() {
 }
 
 #[test]
-fn namespaces_only_when_the_placement_creates_them() {
+fn namespaces_by_name_only_when_compositor_creates_them() {
     let mut controller = controller();
     let has_namespaces = |c: &Controller| {
         c.permissions.cluster_rules(&c.resource).iter().any(|r| {
@@ -167,8 +194,28 @@ fn namespaces_only_when_the_placement_creates_them() {
         })
     };
     assert!(!has_namespaces(&controller));
-    controller.permissions.creates_namespaces = true;
+    controller.permissions.owns_namespaces = true;
     assert!(has_namespaces(&controller));
+    let rules = controller.permissions.cluster_rules(&controller.resource);
+    let namespaces = rules
+        .iter()
+        .find(|r| r.resources.as_deref() == Some(&["namespaces".to_string()][..]))
+        .unwrap();
+    assert_eq!(namespaces.verbs, ["get", "delete"]);
+    assert_eq!(
+        namespaces.resource_names.as_deref(),
+        Some(&["team-a".to_string(), "team-b".to_string()][..])
+    );
+}
+
+#[test]
+fn a_version_without_compositions_gets_nothing_of_its_chart() {
+    let mut controller = controller();
+    controller.permissions.releases.clear();
+    controller.permissions.listed_namespaces = ["elsewhere".to_string()].into();
+    let cluster = controller.permissions.cluster_rules(&controller.resource);
+    assert_eq!(cluster.len(), 2, "its own resource and events: {cluster:?}");
+    assert!(controller.permissions.namespace_rules().is_empty());
 }
 
 #[test]
@@ -188,8 +235,9 @@ fn objects_are_typed_and_ordered_deployment_last() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
-            "ClusterRole",
+            "Role",
             "RoleBinding",
+            "Role",
             "RoleBinding",
             "Role",
             "RoleBinding",

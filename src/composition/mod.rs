@@ -1,25 +1,25 @@
 //! The per-version controller: every composition of one CRD version becomes a Helm release.
 //!
 //! One reconcile, stopping at the first problem with a condition that names it: read the
-//! definition → values (validated against the chart's own schema) → render, and check every
-//! rendered kind against this controller's RBAC → fingerprint (unchanged means no Helm call) →
-//! recover a release stuck mid-operation → `helm upgrade --install` → status.
+//! definition → values (validated against the chart's own schema) → fingerprint (unchanged means
+//! no Helm call) → render, and put every object Helm would write to the authorizer → recover a
+//! release stuck mid-operation → `helm upgrade --install` → status.
 
+mod access;
 mod kubeconfig;
 mod values;
 
 pub use kubeconfig::kubeconfig_for;
 pub use values::{fingerprint, merged_over, release_name, values_of};
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::controller::{Action, Controller};
@@ -31,11 +31,11 @@ use serde_json::json;
 
 use crate::api::{
     ClusterStatus, CompositionChart, CompositionDefinition, CompositionStatus, FINALIZER,
-    NamespacePlacement, Phase, RELEASE_NAME_ANNOTATION, ResourceRef, VERSION_LABEL, find_condition,
-    is_paused, remove_condition, set_condition,
+    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Phase, RELEASE_NAME_ANNOTATION, ResourceRef,
+    VERSION_LABEL, find_condition, is_paused, remove_condition, set_condition,
 };
 use crate::chart::{self, Cache, Fetched};
-use crate::helm::{self, RenderedObject, parse_manifest};
+use crate::helm::{self, parse_documents};
 use crate::runtime::{Metrics, ReconcileOutcome};
 use crate::schema;
 
@@ -65,9 +65,13 @@ pub enum Error {
     /// The rendered manifest is not a list of objects.
     #[error(transparent)]
     Manifest(#[from] helm::ManifestError),
-    /// The chart would create objects this controller may not create.
-    #[error("this controller may not create {0}")]
+    /// The chart would write objects this controller may not write.
+    #[error("{0}")]
     PermissionsMissing(String),
+    /// The operator has not granted this controller the release namespace yet (it does so
+    /// once it sees the composition).
+    #[error("waiting for access to namespace {0}, which the operator grants for each composition")]
+    AccessPending(String),
     /// A Helm operation on the release failed.
     #[error("{0} failed")]
     Helm(HelmStep, #[source] helm::Error),
@@ -95,6 +99,7 @@ impl Error {
             Error::ReleaseName(_) => "InvalidReleaseName",
             Error::Render(_) | Error::Manifest(_) => "RenderFailed",
             Error::PermissionsMissing(_) => "PermissionsMissing",
+            Error::AccessPending(_) => "AccessPending",
             Error::Helm(step, _) => step.reason(),
             Error::Kubeconfig(_) => "CredentialsUnusable",
             Error::Schema(_) => "InvalidSchema",
@@ -119,6 +124,7 @@ impl Error {
     /// role in a new release namespace only once it sees a composition there.
     fn retry_after(&self) -> Duration {
         match self {
+            Error::AccessPending(_) => Duration::from_secs(2),
             Error::PermissionsMissing(_) => Duration::from_secs(30),
             error if error.is_terminal() => Duration::from_secs(300),
             _ => Duration::from_secs(10),
@@ -192,6 +198,7 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     resource: ApiResource,
+    kinds: access::Kinds,
 }
 
 impl Context {
@@ -233,6 +240,7 @@ impl Context {
             cache,
             metrics,
             resource,
+            kinds: access::Kinds::default(),
         })
     }
 }
@@ -625,9 +633,7 @@ async fn install(
         .find(|c| c.name == LOCAL_CLUSTER)
         .cloned();
     // Helm's own records, read without a `helm` process.
-    let live = helm::latest_record(&context.client, &placement.namespace, &placement.release)
-        .await
-        .map_err(|e| Error::Kube("read release records", e))?;
+    let live = release_record(context, &placement).await?;
     // The same inputs rendered, passed the RBAC check and were installed before: nothing to do
     // while that revision is still the deployed one and its objects are still there.
     if let Some(recorded) = &recorded
@@ -652,19 +658,33 @@ async fn install(
         )
         .await
         .map_err(Error::Render)?;
-    let rendered = parse_manifest(&manifest)?;
-    let missing = missing_permissions(&context.client, &rendered, &placement.namespace).await?;
-    if !missing.is_empty() {
-        return Err(Error::PermissionsMissing(
-            missing.into_iter().collect::<Vec<_>>().join(", "),
-        ));
+    let documents = parse_documents(&manifest)?;
+    let (denied, unserved) = access::denials(
+        &context.client,
+        &context.kinds,
+        &documents,
+        &placement.namespace,
+    )
+    .await
+    .map_err(|e| Error::Kube("access review", e))?;
+    if !denied.is_empty() || !unserved.is_empty() {
+        let definition = format!(
+            "{}/{}",
+            context.config.definition_namespace, context.config.definition_name
+        );
+        let message = access::explain(&denied, &unserved, &placement.namespace, &definition);
+        return Err(Error::PermissionsMissing(message));
     }
     status.chart = Some(CompositionChart {
         version: fetched.version.clone(),
         digest: fetched.digest.clone(),
     });
-    status.resources = rendered
+    // Helm installs `crds/` once and never again, and hooks come and go: neither is what the
+    // release keeps.
+    status.resources = documents
         .iter()
+        .filter(|d| !d.is_chart_crd() && !d.is_hook())
+        .map(|d| &d.object)
         .map(|o| ResourceRef {
             api_version: o.api_version.clone(),
             kind: o.kind.clone(),
@@ -707,11 +727,6 @@ async fn install(
         object.metadata.generation,
     );
     writer.write(status).await?;
-    let options = helm::UpgradeOptions {
-        create_namespace: definition.spec.placement.namespace
-            == NamespacePlacement::CompositionName,
-        ..helm::UpgradeOptions::default()
-    };
     let outcome = context
         .helm
         .upgrade_install(
@@ -719,7 +734,7 @@ async fn install(
             &placement.release,
             &fetched.archive_path,
             &values,
-            options,
+            helm::UpgradeOptions::default(),
         )
         .await;
     let entry = |phase, revision, fingerprint, message| ClusterStatus {
@@ -760,7 +775,7 @@ async fn install(
             Ok(Action::requeue(context.config.resync))
         }
         Err(error) => {
-            let error = Error::Helm(step, error);
+            let error = helm_failure(step, error);
             let message = crate::runtime::error_message(&error);
             let (revision, fingerprint) = recorded
                 .map(|c| (c.revision, c.fingerprint))
@@ -866,44 +881,31 @@ async fn recover(context: &Context, target: &helm::Target, release: &str) -> Res
     }
 }
 
-/// The rendered kinds this controller may not create where the release puts them, asked of the
-/// real authorizer, so nothing is installed halfway.
-async fn missing_permissions(
-    client: &Client,
-    rendered: &[RenderedObject],
-    namespace: &str,
-) -> Result<BTreeSet<String>, Error> {
-    let mut missing = BTreeSet::new();
-    let kinds: BTreeSet<(String, String)> = rendered
-        .iter()
-        .map(|o| (o.api_version.clone(), o.kind.clone()))
-        .collect();
-    for (api_version, kind) in kinds {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-        let Ok((resource, capabilities)) =
-            pinned_kind(client, &GroupVersionKind::gvk(group, version, &kind)).await
-        else {
-            missing.insert(format!("{api_version}/{kind} (not served by the cluster)"));
-            continue;
-        };
-        let review_namespace =
-            (capabilities.scope == Scope::Namespaced).then(|| namespace.to_string());
-        for verb in ["create", "update", "delete"] {
-            let review: SelfSubjectAccessReview = serde_json::from_value(json!({
-                "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource.plural, "namespace": review_namespace}}
-            }))
-            .map_err(|e| Error::Kube("build access review", kube::Error::SerdeError(e)))?;
-            let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
-                .create(&PostParams::default(), &review)
-                .await
-                .map_err(|e| Error::Kube("access review", e))?;
-            if !answer.status.is_some_and(|s| s.allowed) {
-                missing.insert(format!("{api_version}/{kind}"));
-                break;
-            }
-        }
+/// A failed Helm step; a refusal by the authorizer is a permission problem, which retrying
+/// does not fix.
+fn helm_failure(step: HelmStep, error: helm::Error) -> Error {
+    if error.is_forbidden() {
+        Error::PermissionsMissing(format!(
+            "{step} was refused: {}",
+            crate::runtime::error_message(&error)
+        ))
+    } else {
+        Error::Helm(step, error)
     }
-    Ok(missing)
+}
+
+/// Helm's latest record of the release, read without a `helm` process; a refusal means the
+/// operator has not granted the release namespace yet.
+async fn release_record(
+    context: &Context,
+    placement: &Placement,
+) -> Result<Option<(u64, helm::ReleaseStatus)>, Error> {
+    match helm::latest_record(&context.client, &placement.namespace, &placement.release).await {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(Error::AccessPending(placement.namespace.clone()))
+        }
+        result => result.map_err(|e| Error::Kube("read release records", e)),
+    }
 }
 
 async fn resources_exist(
@@ -940,23 +942,62 @@ async fn resources_exist(
     Ok(true)
 }
 
-/// Deletion: uninstall the release.
+/// Deletion: uninstall the release, then remove the namespace compositor created for it. A
+/// release whose records cannot be read in a namespace that does not exist was never installed.
 async fn cleanup(
     object: &DynamicObject,
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Action, Error> {
     let placement = placement(object, definition)?;
-    let note = format!("release {} uninstalled", placement.release);
-    uninstall(
-        context,
-        object,
-        &placement.namespace,
-        &placement.release,
-        &note,
-    )
-    .await?;
+    let namespaces = Api::<Namespace>::all(context.client.clone());
+    let installed = match release_record(context, &placement).await {
+        Ok(record) => record.is_some(),
+        Err(Error::AccessPending(namespace)) => match namespaces.get_opt(&namespace).await {
+            Ok(None) => false,
+            _ => return Err(Error::AccessPending(namespace)),
+        },
+        Err(error) => return Err(error),
+    };
+    if installed {
+        let note = format!("release {} uninstalled", placement.release);
+        uninstall(
+            context,
+            object,
+            &placement.namespace,
+            &placement.release,
+            &note,
+        )
+        .await?;
+    }
+    if definition.spec.placement.namespace == NamespacePlacement::CompositionName {
+        delete_own_namespace(&namespaces, &placement.namespace, object).await?;
+    }
     Ok(Action::await_change())
+}
+
+/// Deletes `name` if compositor created it for `object`; any other namespace stays.
+async fn delete_own_namespace(
+    namespaces: &Api<Namespace>,
+    name: &str,
+    object: &DynamicObject,
+) -> Result<(), Error> {
+    let refused = |error| match error {
+        kube::Error::Api(status) if status.code == 403 => Error::AccessPending(name.to_string()),
+        error => Error::Kube("delete the release namespace", error),
+    };
+    let Some(namespace) = namespaces.get_opt(name).await.map_err(refused)? else {
+        return Ok(());
+    };
+    let created_for = namespace.annotations().get(NAMESPACE_OWNER_ANNOTATION);
+    if object.uid().is_none() || created_for != object.uid().as_ref() {
+        return Ok(());
+    }
+    match namespaces.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(refused(error)),
+    }
 }
 
 async fn write_status(

@@ -6,6 +6,7 @@
 //! apply one bundle per served version → delete stale bundles → write status.
 
 mod crds;
+mod grants;
 mod objects;
 mod permissions;
 mod watch;
@@ -33,7 +34,7 @@ use tokio::sync::Mutex;
 use crate::api::{
     CompositionDefinition, CompositionDefinitionStatus, CrdStatus, DEFINITION_LABEL,
     DefinitionVersion, DeletionPolicy, FINALIZER, NamespacePlacement, OWNER_ANNOTATION,
-    ResolvedChart, VERSION_LABEL, find_condition, is_paused, set_condition,
+    ResolvedChart, find_condition, is_paused, set_condition,
 };
 use crate::bundle::{
     self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
@@ -141,8 +142,8 @@ pub struct Context {
     cache: Cache,
     recorder: Recorder,
     metrics: Arc<Metrics>,
-    /// Chart kinds by chart digest: a chart's content never changes under its digest.
-    kinds: Mutex<BTreeMap<String, permissions::ChartKinds>>,
+    /// Chart footprints by chart digest: a chart's content never changes under its digest.
+    footprints: Mutex<BTreeMap<String, permissions::ChartFootprint>>,
     /// Definitions to reconcile because their compositions changed.
     triggers: tokio::sync::mpsc::UnboundedSender<ObjectRef<CompositionDefinition>>,
     /// The receiving end of `triggers`, taken by [`run`].
@@ -220,7 +221,7 @@ impl Context {
             helm,
             cache,
             metrics,
-            kinds: Mutex::default(),
+            footprints: Mutex::default(),
             triggers,
             trigger_receiver: std::sync::Mutex::new(Some(trigger_receiver)),
             watched: std::sync::Mutex::default(),
@@ -500,7 +501,7 @@ async fn converge(
         version: current_version.clone(),
         plural: names.plural.clone(),
     };
-    let compositions = list_compositions(&context.client, &names, &current_version).await?;
+    let compositions = grants::list_compositions(&context.client, &names, &current_version).await?;
     let mut served: Vec<(String, String)> =
         vec![(current_version.clone(), fetched.version.clone())];
     for known in &status.versions {
@@ -513,16 +514,20 @@ async fn converge(
     let mut all_warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let mut versions = Vec::new();
     let mut incomplete = false;
+    let placement = spec.placement.namespace;
     for (version, chart_version) in &served {
         let chart = if *chart_version == fetched.version {
             fetched.clone()
         } else {
             fetch(definition, context, Some(chart_version.clone())).await?
         };
-        let kinds = chart_kinds(context, &chart).await;
-        incomplete |= kinds.incomplete();
-        all_warnings.extend(kinds.warnings.iter().cloned());
-        let namespaces = compositions.get(version).cloned().unwrap_or_default();
+        let footprint = chart_footprint(context, &chart).await;
+        let used = compositions.get(version).cloned().unwrap_or_default();
+        let mut version_warnings = footprint.warnings.clone();
+        if placement == NamespacePlacement::CompositionName {
+            version_warnings
+                .extend(grants::ensure_release_namespaces(&context.client, &used).await);
+        }
         let controller = ControllerBundle {
             resource: GeneratedResource {
                 version: version.clone(),
@@ -531,25 +536,28 @@ async fn converge(
             chart_version: chart_version.clone(),
             image: context.config.controller_image.clone(),
             permissions: Permissions {
-                kinds: kinds.resolved,
-                creates_namespaces: spec.placement.namespace == NamespacePlacement::CompositionName,
+                footprint: footprint.footprint.clone(),
+                releases: used.releases(placement),
+                listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
+                owns_namespaces: placement == NamespacePlacement::CompositionName,
                 secrets: referenced_secrets(definition, context)?,
                 config_maps: referenced_config_maps(definition),
-                release_namespaces: namespaces.release_namespaces(spec.placement.namespace),
             },
         };
         let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-        for object in bundle.objects().map_err(Error::Bundle)? {
-            desired_keys.insert(objects::key(&object));
-            objects::apply(&context.client, object)
-                .await
-                .map_err(|e| Error::Kube("apply bundle", e))?;
-        }
+        let objects = bundle.objects().map_err(Error::Bundle)?;
+        desired_keys.extend(objects.iter().map(objects::key));
+        version_warnings.extend(
+            grants::apply_objects(&context.client, objects, &namespace_of(definition)).await?,
+        );
+        incomplete |= !version_warnings.is_empty();
+        all_warnings.extend(version_warnings);
         versions.push(DefinitionVersion {
             version: version.clone(),
             chart_version: chart_version.clone(),
             controller: controller.name(),
-            compositions: namespaces.count as i64,
+            compositions: used.compositions.len() as i64,
+            footprint: Some(footprint.footprint.summary()),
         });
     }
     let selector = format!("{DEFINITION_LABEL}={}", definition_label(definition));
@@ -573,64 +581,13 @@ async fn converge(
         &format!("{} controller(s)", served.len()),
         generation,
     );
-    // Kinds that discovery does not know yet (a CRD the chart installs) are retried soon.
+    // Kinds that discovery does not know yet, or namespaces that do not exist yet, are retried
+    // soon.
     Ok(if incomplete {
         Action::requeue(Duration::from_secs(30))
     } else {
         Action::requeue(context.config.resync)
     })
-}
-
-/// Compositions of one version: how many, and their namespaces and names.
-#[derive(Clone, Debug, Default)]
-struct VersionUse {
-    count: usize,
-    /// `(namespace, name)` of each composition.
-    objects: BTreeSet<(String, String)>,
-}
-
-impl VersionUse {
-    /// Where releases of these compositions live.
-    fn release_namespaces(&self, placement: NamespacePlacement) -> BTreeSet<String> {
-        self.objects
-            .iter()
-            .map(|(namespace, name)| match placement {
-                NamespacePlacement::Composition => namespace.clone(),
-                NamespacePlacement::CompositionName => name.clone(),
-            })
-            .collect()
-    }
-}
-
-/// Every composition of the CRD by version label (unlabelled ones belong to `current`).
-async fn list_compositions(
-    client: &Client,
-    names: &Names,
-    current: &str,
-) -> Result<BTreeMap<String, VersionUse>, Error> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&names.group, current, &names.kind),
-        &names.plural,
-    );
-    let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(|e| Error::Kube("list compositions", e))?;
-    let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
-    for item in listed.items {
-        let version = item
-            .labels()
-            .get(VERSION_LABEL)
-            .cloned()
-            .unwrap_or_else(|| current.to_string());
-        let entry = by_version.entry(version).or_default();
-        entry.count += 1;
-        entry.objects.insert((
-            item.metadata.namespace.clone().unwrap_or_default(),
-            item.name_any(),
-        ));
-    }
-    Ok(by_version)
 }
 
 async fn fetch(
@@ -680,19 +637,23 @@ fn referenced_config_maps(definition: &CompositionDefinition) -> BTreeSet<String
         .collect()
 }
 
-async fn chart_kinds(context: &Context, fetched: &Fetched) -> permissions::ChartKinds {
-    if let Some(known) = context.kinds.lock().await.get(&fetched.digest) {
+async fn chart_footprint(context: &Context, fetched: &Fetched) -> permissions::ChartFootprint {
+    if let Some(known) = context.footprints.lock().await.get(&fetched.digest) {
         return known.clone();
     }
-    let kinds = permissions::chart_kinds_of(&context.client, &context.helm, fetched).await;
-    if !kinds.incomplete() {
+    let footprint = permissions::footprint_of(&context.client, &context.helm, fetched).await;
+    if !footprint.incomplete() {
         context
-            .kinds
+            .footprints
             .lock()
             .await
-            .insert(fetched.digest.clone(), kinds.clone());
+            .insert(fetched.digest.clone(), footprint.clone());
     }
-    kinds
+    footprint
+}
+
+fn namespace_of(definition: &CompositionDefinition) -> String {
+    definition.namespace().unwrap_or_default()
 }
 
 fn name_overrides(definition: &CompositionDefinition) -> NameOverrides {

@@ -1,6 +1,6 @@
 //! The objects in a rendered manifest (`helm template`, `helm get manifest`).
 
-use serde::Deserialize;
+use serde_json::Value;
 
 /// An object of a rendered manifest, by identity.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,46 +29,93 @@ pub enum ManifestError {
     },
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Document {
-    api_version: Option<String>,
-    kind: Option<String>,
-    #[serde(default)]
-    metadata: Metadata,
+/// One document of a rendered manifest: the object's identity, the chart file it came from,
+/// and the whole object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedDocument {
+    /// Who the object is.
+    pub object: RenderedObject,
+    /// The chart file Helm names in its `# Source:` comment, e.g. `cert-manager/templates/rbac.yaml`.
+    pub source: Option<String>,
+    /// The object as rendered.
+    pub body: Value,
 }
 
-#[derive(Deserialize, Default)]
-struct Metadata {
-    name: Option<String>,
-    namespace: Option<String>,
+impl RenderedDocument {
+    /// Whether the object comes from the chart's (or a subchart's) `crds/` folder, which Helm
+    /// installs once and never upgrades or deletes.
+    pub fn is_chart_crd(&self) -> bool {
+        self.source
+            .as_deref()
+            .is_some_and(|source| source.split('/').rev().nth(1) == Some("crds"))
+    }
+
+    /// Whether the object is a Helm hook, which Helm runs around an operation and often deletes
+    /// afterwards, so it is not part of what the release keeps.
+    pub fn is_hook(&self) -> bool {
+        self.body["metadata"]["annotations"]["helm.sh/hook"].is_string()
+    }
 }
 
 /// Every object of a multi-document manifest; empty documents are skipped.
 pub fn parse_manifest(manifest: &str) -> Result<Vec<RenderedObject>, ManifestError> {
-    let documents: Vec<Option<Document>> =
-        serde_saphyr::from_multiple(manifest).map_err(ManifestError::Yaml)?;
-    documents
+    Ok(parse_documents(manifest)?
         .into_iter()
-        .enumerate()
-        .filter_map(|(index, document)| document.map(|document| (index, document)))
-        .map(|(index, document)| match document {
-            Document {
-                api_version: Some(api_version),
-                kind: Some(kind),
-                metadata:
-                    Metadata {
-                        name: Some(name),
-                        namespace,
-                    },
-            } => Ok(RenderedObject {
+        .map(|document| document.object)
+        .collect())
+}
+
+/// Every document of a multi-document manifest, whole; empty documents are skipped.
+pub fn parse_documents(manifest: &str) -> Result<Vec<RenderedDocument>, ManifestError> {
+    let mut documents = Vec::new();
+    for (index, chunk) in split_documents(manifest).into_iter().enumerate() {
+        let source = chunk
+            .lines()
+            .find_map(|line| line.strip_prefix("# Source: "))
+            .map(|source| source.trim().to_string());
+        let body: Option<Value> = serde_saphyr::from_str(chunk).map_err(ManifestError::Yaml)?;
+        let Some(body) = body.filter(|body| !body.is_null()) else {
+            continue;
+        };
+        let text = |value: &Value| value.as_str().map(str::to_string);
+        let object = match (
+            text(&body["apiVersion"]),
+            text(&body["kind"]),
+            text(&body["metadata"]["name"]),
+        ) {
+            (Some(api_version), Some(kind), Some(name)) => RenderedObject {
                 api_version,
                 kind,
-                namespace,
+                namespace: text(&body["metadata"]["namespace"]),
                 name,
-            }),
-            _ => Err(ManifestError::Incomplete { index }),
-        })
+            },
+            _ => return Err(ManifestError::Incomplete { index }),
+        };
+        documents.push(RenderedDocument {
+            object,
+            source,
+            body,
+        });
+    }
+    Ok(documents)
+}
+
+/// The documents of a YAML stream, split at `---` lines as Helm itself splits manifests.
+fn split_documents(manifest: &str) -> Vec<&str> {
+    let mut documents = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in manifest.split_inclusive('\n') {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            documents.push(&manifest[start..offset]);
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    documents.push(&manifest[start..]);
+    documents
+        .into_iter()
+        .filter(|document| !document.trim().is_empty())
         .collect()
 }
 
@@ -97,6 +144,21 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn keeps_each_document_whole_with_its_source() {
+        let manifest = "---\n# Source: app/crds/widgets.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\n---\n# Source: app/templates/role.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: r\nrules:\n- apiGroups: [\"\"]\n  resources: [\"secrets\"]\n  verbs: [\"get\"]\n";
+        let documents = parse_documents(manifest).expect("parse");
+        assert_eq!(documents.len(), 2);
+        assert!(documents[0].is_chart_crd());
+        assert_eq!(
+            documents[1].source.as_deref(),
+            Some("app/templates/role.yaml")
+        );
+        assert!(!documents[1].is_chart_crd());
+        assert!(!documents[1].is_hook());
+        assert_eq!(documents[1].body["rules"][0]["verbs"][0], "get");
     }
 
     #[test]

@@ -24,7 +24,9 @@ mod manifest;
 mod release;
 mod storage;
 
-pub use manifest::{ManifestError, RenderedObject, parse_manifest};
+pub use manifest::{
+    ManifestError, RenderedDocument, RenderedObject, parse_documents, parse_manifest,
+};
 pub use release::{Release, ReleaseStatus, Revision};
 pub use storage::latest_record;
 
@@ -86,6 +88,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether Kubernetes refused Helm a request (RBAC), which no retry fixes.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Failed { message, .. } if message.contains(" is forbidden: "))
+    }
+
     /// A reason for a Kubernetes condition.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -193,7 +200,8 @@ impl Engine {
     }
 
     /// Renders `chart` (a local `.tgz`) with `values` as release `release` in `namespace`,
-    /// without contacting any cluster. Returns the manifest.
+    /// without contacting any cluster. Returns the manifest: templates, hooks and the chart's
+    /// `crds/`, everything an install writes.
     pub async fn template(
         &self,
         chart: &Path,
@@ -203,8 +211,9 @@ impl Engine {
     ) -> Result<String, Error> {
         let workspace = Workspace::new("template")?;
         let values_file = workspace.write("values.json", values.to_string().as_bytes())?;
-        let args: [&OsStr; 7] = [
+        let args: [&OsStr; 8] = [
             "template".as_ref(),
+            "--include-crds".as_ref(),
             release.as_ref(),
             chart.as_os_str(),
             "--namespace".as_ref(),

@@ -172,6 +172,31 @@ pub fn real_chart(file: &str) -> Option<PathBuf> {
     Some(path)
 }
 
+/// Whether ServiceAccount `name` of `namespace` may do what `attributes` (a SubjectAccessReview's
+/// `resourceAttributes`) say, by the apiserver's own authorizer.
+pub async fn service_account_can(
+    client: &Client,
+    (namespace, name): (&str, &str),
+    attributes: serde_json::Value,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{namespace}:{name}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}")],
+            "resourceAttributes": attributes,
+        }
+    }))
+    .expect("access review");
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("subject access review")
+        .status
+        .expect("review status")
+        .allowed
+}
+
 /// A `compositor` process, killed when dropped.
 pub struct Process {
     child: std::process::Child,

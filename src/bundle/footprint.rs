@@ -1,0 +1,374 @@
+//! What a chart writes, learnt from one render with its own default values: the kinds it writes
+//! in each namespace, its cluster-scoped objects by name, and the rules of its own roles. Names
+//! that follow the release or its namespace are kept as patterns, so the one render serves every
+//! composition, and a composition's values can never widen what its controller may do.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use super::rbac::{HELM_VERBS, kind_rules, rule};
+use super::{ResolvedKind, TypeRef};
+use crate::api::{NamespaceFootprint, VersionFootprint};
+use crate::helm::RenderedDocument;
+
+/// Release name of the render a footprint is learnt from.
+pub const PROBE_RELEASE: &str = "relprobe";
+/// Release namespace of that render.
+pub const PROBE_NAMESPACE: &str = "nsprobe";
+/// Stands for the release name in a pattern.
+pub const RELEASE: &str = "{release}";
+/// Stands for the release namespace in a pattern.
+pub const NAMESPACE: &str = "{namespace}";
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// What a chart writes with its default values, with names as patterns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Footprint {
+    /// Use of each namespace, keyed by pattern: [`NAMESPACE`] is the release namespace.
+    pub namespaces: BTreeMap<String, NamespaceUse>,
+    /// Use of the cluster scope.
+    pub cluster: ClusterUse,
+}
+
+/// What a chart writes in one namespace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NamespaceUse {
+    /// Namespaced kinds written there.
+    pub kinds: BTreeSet<ResolvedKind>,
+    /// Rules of the chart's Roles there: whoever creates a Role must hold what it grants.
+    pub rules: Vec<PolicyRule>,
+    /// Roles there that the chart's RoleBindings name but the chart does not define.
+    pub bound_roles: BTreeSet<String>,
+    /// ClusterRoles that the chart's RoleBindings there name but the chart does not define.
+    pub bound_cluster_roles: BTreeSet<String>,
+}
+
+/// What a chart writes at cluster scope.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterUse {
+    /// Cluster-scoped objects: kind → name patterns.
+    pub objects: BTreeMap<ResolvedKind, BTreeSet<String>>,
+    /// Rules of the chart's ClusterRoles.
+    pub rules: Vec<PolicyRule>,
+    /// ClusterRoles that the chart's ClusterRoleBindings name but the chart does not define.
+    pub bound_cluster_roles: BTreeSet<String>,
+    /// Kinds Helm lists and watches at cluster scope: the CustomResourceDefinitions of `crds/`,
+    /// which Helm waits to see established before it installs the rest.
+    pub watched: BTreeSet<ResolvedKind>,
+}
+
+/// Where one composition's release goes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReleasePlace {
+    /// Release name.
+    pub release: String,
+    /// Release namespace.
+    pub namespace: String,
+}
+
+impl ReleasePlace {
+    /// `pattern` with this release's name and namespace in place of the placeholders.
+    pub fn fill(&self, pattern: &str) -> String {
+        pattern
+            .replace(RELEASE, &self.release)
+            .replace(NAMESPACE, &self.namespace)
+    }
+}
+
+/// A rendered value as a pattern: the probe's release name and namespace become placeholders.
+fn pattern(rendered: &str) -> String {
+    rendered
+        .replace(PROBE_RELEASE, RELEASE)
+        .replace(PROBE_NAMESPACE, NAMESPACE)
+}
+
+impl Footprint {
+    /// The footprint of a render as release [`PROBE_RELEASE`] in [`PROBE_NAMESPACE`]. `literal`
+    /// kinds (named in templates, rendered only when a value enables them) count as written in
+    /// the release namespace when namespaced; `resolved` says what each kind is. Objects of
+    /// kinds not in `resolved` are left out (the caller reports them).
+    pub fn derive(
+        documents: &[RenderedDocument],
+        literal: &BTreeSet<TypeRef>,
+        resolved: &BTreeMap<TypeRef, ResolvedKind>,
+    ) -> Footprint {
+        let mut footprint = Footprint::default();
+        let defined_roles: BTreeSet<(String, String)> = documents
+            .iter()
+            .filter(|d| is_rbac(d, "Role"))
+            .map(|d| (namespace_of(d), pattern(&d.object.name)))
+            .collect();
+        let defined_cluster_roles: BTreeSet<String> = documents
+            .iter()
+            .filter(|d| is_rbac(d, "ClusterRole"))
+            .map(|d| pattern(&d.object.name))
+            .collect();
+        for document in documents {
+            let Some(kind) = resolved.get(&type_ref(document)) else {
+                continue;
+            };
+            let role_ref =
+                |field: &str| pattern(document.body["roleRef"][field].as_str().unwrap_or_default());
+            if !kind.namespaced {
+                if document.is_chart_crd() {
+                    footprint.cluster.watched.insert(kind.clone());
+                }
+                let names = footprint.cluster.objects.entry(kind.clone()).or_default();
+                names.insert(pattern(&document.object.name));
+                if is_rbac(document, "ClusterRole") {
+                    add_rules(&mut footprint.cluster.rules, rules_of(document));
+                } else if is_rbac(document, "ClusterRoleBinding")
+                    && !defined_cluster_roles.contains(&role_ref("name"))
+                {
+                    footprint
+                        .cluster
+                        .bound_cluster_roles
+                        .insert(role_ref("name"));
+                }
+                continue;
+            }
+            let namespace = namespace_of(document);
+            let entry = footprint.namespaces.entry(namespace.clone()).or_default();
+            entry.kinds.insert(kind.clone());
+            if is_rbac(document, "Role") {
+                add_rules(&mut entry.rules, rules_of(document));
+            } else if is_rbac(document, "RoleBinding") {
+                let name = role_ref("name");
+                match role_ref("kind").as_str() {
+                    "Role" if !defined_roles.contains(&(namespace, name.clone())) => {
+                        entry.bound_roles.insert(name);
+                    }
+                    "ClusterRole" if !defined_cluster_roles.contains(&name) => {
+                        entry.bound_cluster_roles.insert(name);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let release_namespace = footprint.namespaces.entry(NAMESPACE.into()).or_default();
+        release_namespace.kinds.extend(
+            literal
+                .iter()
+                .filter_map(|kind| resolved.get(kind))
+                .filter(|kind| kind.namespaced)
+                .cloned(),
+        );
+        footprint
+    }
+
+    /// Every namespaced kind the chart writes anywhere.
+    pub fn namespaced_kinds(&self) -> BTreeSet<ResolvedKind> {
+        self.namespaces
+            .values()
+            .flat_map(|use_| use_.kinds.iter().cloned())
+            .collect()
+    }
+
+    /// The rules per namespace that installing the chart as `releases` needs, plus every
+    /// namespaced kind in each of the `listed` namespaces.
+    pub fn namespace_rules(
+        &self,
+        releases: &[ReleasePlace],
+        listed: &BTreeSet<String>,
+    ) -> BTreeMap<String, Vec<PolicyRule>> {
+        let mut uses: BTreeMap<String, NamespaceUse> = BTreeMap::new();
+        for place in releases {
+            for (namespace, use_) in &self.namespaces {
+                let filled = uses.entry(place.fill(namespace)).or_default();
+                filled.kinds.extend(use_.kinds.iter().cloned());
+                let rules = use_.rules.iter().map(|rule| fill_rule(rule, place));
+                add_rules(&mut filled.rules, rules);
+                filled
+                    .bound_roles
+                    .extend(use_.bound_roles.iter().map(|n| place.fill(n)));
+                filled
+                    .bound_cluster_roles
+                    .extend(use_.bound_cluster_roles.iter().map(|n| place.fill(n)));
+            }
+        }
+        if !releases.is_empty() {
+            for namespace in listed {
+                let entry = uses.entry(namespace.clone()).or_default();
+                entry.kinds.extend(self.namespaced_kinds());
+            }
+        }
+        uses.into_iter()
+            .map(|(namespace, use_)| {
+                let mut rules = kind_rules(use_.kinds.iter());
+                add_rules(&mut rules, use_.rules);
+                rules.extend(bind_rule("roles", use_.bound_roles));
+                rules.extend(bind_rule("clusterroles", use_.bound_cluster_roles));
+                (namespace, rules)
+            })
+            .collect()
+    }
+
+    /// The cluster-wide rules that installing the chart as `releases` needs: `create` on each
+    /// cluster-scoped kind (Kubernetes cannot limit `create` by name), `list` and `watch` on what
+    /// Helm waits for, everything else on those objects by name, what the chart's ClusterRoles
+    /// grant, and `bind` on the ClusterRoles its bindings name but it does not define.
+    pub fn cluster_rules(&self, releases: &[ReleasePlace]) -> Vec<PolicyRule> {
+        if releases.is_empty() {
+            return Vec::new();
+        }
+        let mut rules = Vec::new();
+        let kinds = self.cluster.objects.keys();
+        rules.extend(kinds.map(|kind| rule(&kind.group, [kind.plural.clone()], &["create"])));
+        let watched = self.cluster.watched.iter();
+        rules.extend(
+            watched.map(|kind| rule(&kind.group, [kind.plural.clone()], &["list", "watch"])),
+        );
+        for (kind, names) in &self.cluster.objects {
+            let names = releases
+                .iter()
+                .flat_map(|p| names.iter().map(|n| p.fill(n)));
+            let named = HELM_VERBS
+                .iter()
+                .filter(|verb| !matches!(**verb, "create" | "list" | "watch"));
+            let verbs: Vec<&str> = named.copied().collect();
+            let mut rule = rule(&kind.group, [kind.plural.clone()], &verbs);
+            rule.resource_names = Some(names.collect::<BTreeSet<_>>().into_iter().collect());
+            rules.push(rule);
+        }
+        for place in releases {
+            add_rules(
+                &mut rules,
+                self.cluster.rules.iter().map(|r| fill_rule(r, place)),
+            );
+        }
+        let bound = releases
+            .iter()
+            .flat_map(|p| self.cluster.bound_cluster_roles.iter().map(|n| p.fill(n)));
+        rules.extend(bind_rule("clusterroles", bound.collect()));
+        rules
+    }
+
+    /// The footprint as the definition's status shows it.
+    pub fn summary(&self) -> VersionFootprint {
+        let namespaces = self
+            .namespaces
+            .iter()
+            .filter(|(_, use_)| !use_.kinds.is_empty())
+            .map(|(namespace, use_)| {
+                let mut rules: Vec<String> = use_.rules.iter().map(describe).collect();
+                rules.extend(
+                    bind_rule("roles", use_.bound_roles.clone())
+                        .iter()
+                        .map(describe),
+                );
+                let bound = use_.bound_cluster_roles.clone();
+                rules.extend(bind_rule("clusterroles", bound).iter().map(describe));
+                NamespaceFootprint {
+                    namespace: namespace.clone(),
+                    kinds: use_.kinds.iter().map(ResolvedKind::to_string).collect(),
+                    rules,
+                }
+            })
+            .collect();
+        let objects = self
+            .cluster
+            .objects
+            .iter()
+            .flat_map(|(kind, names)| names.iter().map(move |name| format!("{kind} {name}")));
+        let mut cluster_rules: Vec<String> = self.cluster.rules.iter().map(describe).collect();
+        let bound = self.cluster.bound_cluster_roles.clone();
+        cluster_rules.extend(bind_rule("clusterroles", bound).iter().map(describe));
+        VersionFootprint {
+            namespaces,
+            cluster_objects: objects.collect(),
+            cluster_rules,
+        }
+    }
+}
+
+fn type_ref(document: &RenderedDocument) -> TypeRef {
+    TypeRef {
+        api_version: document.object.api_version.clone(),
+        kind: document.object.kind.clone(),
+    }
+}
+
+fn is_rbac(document: &RenderedDocument, kind: &str) -> bool {
+    document.object.kind == kind && type_ref(document).group() == RBAC_GROUP
+}
+
+/// The namespace pattern of a namespaced object (no namespace means the release's).
+fn namespace_of(document: &RenderedDocument) -> String {
+    pattern(
+        document
+            .object
+            .namespace
+            .as_deref()
+            .unwrap_or(PROBE_NAMESPACE),
+    )
+}
+
+/// The rules of a rendered Role or ClusterRole, with names as patterns.
+fn rules_of(document: &RenderedDocument) -> Vec<PolicyRule> {
+    let rules: Vec<PolicyRule> =
+        serde_json::from_value(document.body["rules"].clone()).unwrap_or_default();
+    rules
+        .into_iter()
+        .map(|mut rule| {
+            rule.resource_names = rule
+                .resource_names
+                .map(|names| names.iter().map(|n| pattern(n)).collect());
+            rule
+        })
+        .collect()
+}
+
+fn fill_rule(rule: &PolicyRule, place: &ReleasePlace) -> PolicyRule {
+    let mut filled = rule.clone();
+    filled.resource_names = rule
+        .resource_names
+        .as_ref()
+        .map(|names| names.iter().map(|n| place.fill(n)).collect());
+    filled
+}
+
+/// Appends the rules not there yet.
+fn add_rules(rules: &mut Vec<PolicyRule>, new: impl IntoIterator<Item = PolicyRule>) {
+    for rule in new {
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+}
+
+/// `bind` on the named roles or cluster roles; none when there are no names, since a rule
+/// without names would allow binding any of them.
+fn bind_rule(resource: &str, names: BTreeSet<String>) -> Option<PolicyRule> {
+    if names.is_empty() {
+        return None;
+    }
+    let mut bind = rule(RBAC_GROUP, [resource.to_string()], &["bind"]);
+    bind.resource_names = Some(names.into_iter().collect());
+    Some(bind)
+}
+
+/// A rule in one line: `get,list secrets, configmaps named a, b`.
+pub fn describe(rule: &PolicyRule) -> String {
+    let groups = rule.api_groups.clone().unwrap_or_default();
+    let mut targets: Vec<String> = Vec::new();
+    for resource in rule.resources.iter().flatten() {
+        for group in &groups {
+            targets.push(match group.as_str() {
+                "" => resource.clone(),
+                group => format!("{resource}.{group}"),
+            });
+        }
+    }
+    targets.extend(rule.non_resource_urls.iter().flatten().cloned());
+    let mut line = format!("{} {}", rule.verbs.join(","), targets.join(", "));
+    if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+        line.push_str(&format!(" named {}", names.join(", ")));
+    }
+    line
+}
+
+#[cfg(test)]
+#[path = "footprint_tests.rs"]
+mod tests;

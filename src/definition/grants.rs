@@ -1,0 +1,174 @@
+//! Where a definition's compositions put their releases, and granting the controllers exactly
+//! that: the namespaces compositor creates for releases, and the bundle applied so that a
+//! namespace that cannot be granted yet never holds back the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::{Error, objects};
+use crate::api::{
+    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION, VERSION_LABEL,
+};
+use crate::bundle::ReleasePlace;
+use crate::crd::Names;
+
+/// One composition, as far as granting its controller goes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CompositionUse {
+    /// Namespace of the composition.
+    pub namespace: String,
+    /// Name of the composition.
+    pub name: String,
+    /// Its release name, when valid (the controller reports an invalid one).
+    pub release: Option<String>,
+    /// UID of the composition.
+    pub uid: String,
+    /// Whether it is being deleted.
+    pub deleting: bool,
+}
+
+impl CompositionUse {
+    /// The release namespace under `placement`.
+    pub fn release_namespace(&self, placement: NamespacePlacement) -> &str {
+        match placement {
+            NamespacePlacement::Composition => &self.namespace,
+            NamespacePlacement::CompositionName => &self.name,
+        }
+    }
+}
+
+/// The compositions of one version.
+#[derive(Clone, Debug, Default)]
+pub struct VersionUse {
+    /// Every composition of the version.
+    pub compositions: BTreeSet<CompositionUse>,
+}
+
+impl VersionUse {
+    /// Where the releases of these compositions go.
+    pub fn releases(&self, placement: NamespacePlacement) -> Vec<ReleasePlace> {
+        let places: BTreeSet<ReleasePlace> = self
+            .compositions
+            .iter()
+            .filter_map(|composition| {
+                Some(ReleasePlace {
+                    release: composition.release.clone()?,
+                    namespace: composition.release_namespace(placement).to_string(),
+                })
+            })
+            .collect();
+        places.into_iter().collect()
+    }
+}
+
+/// Every composition of the CRD by version label (unlabelled ones belong to `current`).
+pub async fn list_compositions(
+    client: &Client,
+    names: &Names,
+    current: &str,
+) -> Result<BTreeMap<String, VersionUse>, Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&names.group, current, &names.kind),
+        &names.plural,
+    );
+    let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| Error::Kube("list compositions", e))?;
+    let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
+    for item in listed.items {
+        let version = item
+            .labels()
+            .get(VERSION_LABEL)
+            .cloned()
+            .unwrap_or_else(|| current.to_string());
+        let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
+        let release =
+            crate::composition::release_name(annotation.map(String::as_str), &item.name_any());
+        by_version
+            .entry(version)
+            .or_default()
+            .compositions
+            .insert(CompositionUse {
+                namespace: item.namespace().unwrap_or_default(),
+                name: item.name_any(),
+                release: release.ok(),
+                uid: item.uid().unwrap_or_default(),
+                deleting: item.metadata.deletion_timestamp.is_some(),
+            });
+    }
+    Ok(by_version)
+}
+
+/// Creates the namespace of each composition placed in a namespace of its own, marked as
+/// created for it (so that only such a namespace goes with the release). One that cannot be
+/// created is a warning: it concerns that composition alone.
+pub async fn ensure_release_namespaces(client: &Client, compositions: &VersionUse) -> Vec<String> {
+    let api = Api::<Namespace>::all(client.clone());
+    let mut warnings = Vec::new();
+    for composition in compositions.compositions.iter().filter(|c| !c.deleting) {
+        let namespace: Namespace = match serde_json::from_value(json!({
+            "metadata": {
+                "name": composition.name,
+                "labels": {"app.kubernetes.io/managed-by": "compositor"},
+                "annotations": {NAMESPACE_OWNER_ANNOTATION: composition.uid},
+            }
+        })) {
+            Ok(namespace) => namespace,
+            Err(error) => {
+                warnings.push(format!("namespace {}: {error}", composition.name));
+                continue;
+            }
+        };
+        match api.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => warnings.push(format!(
+                "cannot create namespace {} for {}/{}: {}",
+                composition.name,
+                composition.namespace,
+                composition.name,
+                crate::runtime::error_message(&error)
+            )),
+        }
+    }
+    warnings
+}
+
+/// Applies `objects` in order. A Role or RoleBinding in a namespace other than the
+/// definition's that cannot be applied (the namespace does not exist, or is being deleted) is
+/// a warning, not a failure: it concerns only what may happen there.
+pub async fn apply_objects(
+    client: &Client,
+    objects: Vec<DynamicObject>,
+    definition_namespace: &str,
+) -> Result<Vec<String>, Error> {
+    let mut warnings = Vec::new();
+    for object in objects {
+        let kind = object
+            .types
+            .as_ref()
+            .map(|t| t.kind.clone())
+            .unwrap_or_default();
+        let namespace = object.namespace();
+        let elsewhere = matches!(kind.as_str(), "Role" | "RoleBinding")
+            && namespace.as_deref() != Some(definition_namespace);
+        match objects::apply(client, object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if elsewhere && matches!(status.code, 403 | 404) => {
+                warnings.push(format!(
+                    "the controller gets no {kind} in namespace {} yet: {}; retrying",
+                    namespace.unwrap_or_default(),
+                    status.message
+                ));
+            }
+            Err(error) => return Err(Error::Kube("apply bundle", error)),
+        }
+    }
+    Ok(warnings)
+}

@@ -1,0 +1,693 @@
+//! Real published charts through compositor, each controller running with its own ServiceAccount
+//! token: Krateo's fireworks-app 1.1.5 with its own values (an Argo `Application` in another
+//! namespace), cert-manager v1.19.1 as a `Tenant` in a namespace of its own (ClusterRoles,
+//! bindings, a kube-system Role, webhooks), and a chart with `crds/`. The real charts come from
+//! `../shared/testdata/charts` (required in CI); what the generated RBAC allows is asked of the
+//! real authorizer.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+
+use compositor::api::{CompositionDefinition, find_condition};
+
+/// A definition namespace with the repository password and a running operator.
+struct Fixture {
+    client: Client,
+    namespace: String,
+    group: String,
+    _operator: support::Process,
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Self {
+        let client = support::client().await;
+        apply_crd(&client, CompositionDefinition::crd()).await;
+        let namespace = support::namespace(&client, prefix).await;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "repo-password"},
+            "stringData": {"password": support::env("COMPOSITOR_TEST_REPO_PASSWORD")}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        Fixture {
+            group: format!("{namespace}.compositor.dev"),
+            _operator: support::Process::operator(&namespace),
+            client,
+            namespace,
+        }
+    }
+
+    /// Applies definition `name` of the chart at `url` with `extra` spec fields; waits for Ready.
+    async fn define(&self, name: &str, url: &str, extra: Value) -> CompositionDefinition {
+        let mut spec = json!({
+            "chart": {
+                "url": url,
+                "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                                "passwordRef": {"name": "repo-password", "key": "password"}},
+            },
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap_or_default());
+        spec["names"]["group"] = json!(self.group);
+        let definition = json!({
+            "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+            "metadata": {"name": name}, "spec": spec,
+        });
+        let api = Api::<CompositionDefinition>::namespaced(self.client.clone(), &self.namespace);
+        api.patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&definition),
+        )
+        .await
+        .expect("apply definition");
+        let mut last = None;
+        for _ in 0..240 {
+            let definition = api.get(name).await.expect("definition");
+            let status = definition.status.clone().unwrap_or_default();
+            if find_condition(&status.conditions, "Ready").is_some_and(|c| c.status == "True") {
+                return definition;
+            }
+            last = Some(status);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("definition {name} never Ready: {last:?}");
+    }
+
+    fn compositions(
+        &self,
+        kind: &str,
+        plural: &str,
+        version: &str,
+        namespace: &str,
+    ) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&self.group, version, kind),
+            plural,
+        );
+        Api::namespaced_with(self.client.clone(), namespace, &resource)
+    }
+
+    /// A client acting as ServiceAccount `controller` of this namespace, through impersonation.
+    async fn as_controller(&self, controller: &str) -> Client {
+        let mut config = kube::Config::infer().await.expect("kubeconfig");
+        config.auth_info.impersonate = Some(format!(
+            "system:serviceaccount:{}:{controller}",
+            self.namespace
+        ));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{}", self.namespace),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).expect("impersonating client")
+    }
+}
+
+async fn apply_crd(client: &Client, crd: CustomResourceDefinition) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply CRD");
+    support::eventually(
+        &format!("CRD {} established", crd.name_any()),
+        Duration::from_secs(30),
+        || async {
+            crds.get(&crd.name_any())
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        },
+    )
+    .await;
+}
+
+/// A namespaced CRD that takes any object: all the test bed needs of other projects' kinds.
+fn any_object_crd(group: &str, version: &str, kind: &str) -> CustomResourceDefinition {
+    let plural = format!("{}s", kind.to_lowercase());
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural},
+            "versions": [{"name": version, "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        }
+    }))
+    .unwrap()
+}
+
+/// Serves a real chart from the test bed's repository; returns its URL.
+fn publish(chart: &std::path::Path) -> String {
+    let dir = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo/real");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = chart.file_name().unwrap().to_str().unwrap();
+    std::fs::copy(chart, dir.join(file)).unwrap();
+    format!("{}/real/{file}", support::env("COMPOSITOR_TEST_REPO_URL"))
+}
+
+async fn ensure_namespace(client: &Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("namespace {name}: {error}"),
+    }
+}
+
+/// The composition's status once `ready` holds, or a panic with the controller's log.
+async fn wait_status(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Value) -> bool,
+    controller: &support::Process,
+) -> Value {
+    let mut status = Value::Null;
+    for _ in 0..360 {
+        if let Some(object) = api.get_opt(name).await.expect("composition") {
+            status = object.data.get("status").cloned().unwrap_or_default();
+            if ready(&status) {
+                return status;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!(
+        "{name}: never {what}; status {status}\ncontroller log:\n{}",
+        controller.output()
+    );
+}
+
+fn reason_of(status: &Value, type_: &str) -> String {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["reason"].as_str().unwrap_or_default(),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_gone(api: &Api<DynamicObject>, name: &str) {
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete composition");
+    support::eventually(
+        &format!("{name} deleted"),
+        Duration::from_secs(90),
+        || async { api.get_opt(name).await.expect("composition").is_none() },
+    )
+    .await;
+}
+
+fn helm_has(release: &str, namespace: &str) -> bool {
+    support::Helm::new()
+        .run(&["status", release, "-n", namespace], None)
+        .status
+        .success()
+}
+
+#[tokio::test]
+async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights() {
+    let Some(chart) = support::real_chart("fireworks-app-1.1.5.tgz") else {
+        return;
+    };
+    let fixture = Fixture::new("real-fw").await;
+    for (group, version, kinds) in [
+        ("argoproj.io", "v1alpha1", &["Application"][..]),
+        ("git.krateo.io", "v1alpha1", &["Repo"]),
+        ("github.krateo.io", "v1alpha1", &["Repo"]),
+        ("templates.krateo.io", "v1alpha1", &["Collection", "Widget"]),
+        ("templates.krateo.io", "v1", &["RESTAction"]),
+        ("resourcetrees.krateo.io", "v1", &["CompositionReference"]),
+        (
+            "widgets.templates.krateo.io",
+            "v1beta1",
+            &[
+                "Button",
+                "Paragraph",
+                "EventList",
+                "FlowChart",
+                "Panel",
+                "TabList",
+                "YamlViewer",
+            ],
+        ),
+    ] {
+        for kind in kinds {
+            apply_crd(&fixture.client, any_object_crd(group, version, kind)).await;
+        }
+    }
+    ensure_namespace(&fixture.client, "krateo-system").await;
+    let definition = fixture
+        .define("fireworksapp", &publish(&chart), json!({}))
+        .await;
+
+    // What the definition may do is readable before any composition exists.
+    let status = definition.status.unwrap();
+    let footprint = status.versions[0].footprint.clone().expect("footprint");
+    let krateo = footprint
+        .namespaces
+        .iter()
+        .find(|n| n.namespace == "krateo-system")
+        .expect("the Application's namespace");
+    assert_eq!(krateo.kinds, ["applications.argoproj.io"]);
+    assert!(footprint.cluster_objects.is_empty(), "{footprint:?}");
+
+    let (controller, _cache) = run_controller(&fixture, "fireworksapps-v1-1-5-controller").await;
+    let team = support::namespace(&fixture.client, "real-fw-team").await;
+    let apps = fixture.compositions("FireworksApp", "fireworksapps", "v1-1-5", &team);
+    // krateo-system is shared by every run on this test bed: names of their own.
+    let (acme, beta) = (support::unique("acme"), support::unique("beta"));
+    let values: Value = serde_saphyr::from_str(
+        &support::Helm::new().ok(&["show", "values", chart.to_str().unwrap()], None),
+    )
+    .expect("the chart's values.yaml");
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": acme}, "spec": values,
+    }))
+    .unwrap();
+    apps.create(&PostParams::default(), &composition)
+        .await
+        .expect("composition");
+    let status = wait_status(
+        &apps,
+        &acme,
+        "Ready",
+        |s| s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    assert_eq!(status["clusters"][0]["revision"], 1, "{status}");
+    assert!(helm_has(&acme, &team));
+    let application = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+        "applications",
+    );
+    let applications = Api::<DynamicObject>::namespaced_with(
+        fixture.client.clone(),
+        "krateo-system",
+        &application,
+    );
+    assert!(
+        applications.get_opt(&acme).await.unwrap().is_some(),
+        "the Application is where the chart puts it"
+    );
+
+    // The authorizer's view: Applications in krateo-system, nothing of the sort elsewhere, and
+    // no Secrets beyond Helm's records in the release namespace.
+    let can = |verb: &'static str,
+               group: &'static str,
+               resource: &'static str,
+               namespace: &'static str| {
+        can_i(
+            &fixture,
+            "fireworksapps-v1-1-5-controller",
+            verb,
+            group,
+            resource,
+            Some(namespace),
+        )
+    };
+    assert!(can("create", "argoproj.io", "applications", "krateo-system").await);
+    assert!(!can("create", "argoproj.io", "applications", "default").await);
+    assert!(!can("get", "", "secrets", "krateo-system").await);
+    assert!(!can("get", "", "secrets", "kube-system").await);
+    assert!(!can("create", "", "configmaps", "krateo-system").await);
+
+    // Values that move the Application where the definition grants nothing: refused before Helm.
+    let upgrades = || async {
+        let calls = |outcome| {
+            format!(r#"compositor_helm_calls_total{{verb="upgrade",outcome="{outcome}"}}"#)
+        };
+        controller.metric(&calls("Success")).await + controller.metric(&calls("Failure")).await
+    };
+    assert_eq!(upgrades().await, 1.0, "acme's install");
+    let mut moved = values.clone();
+    moved["argocd"]["namespace"] = json!("elsewhere");
+    let refused: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": beta}, "spec": moved,
+    }))
+    .unwrap();
+    apps.create(&PostParams::default(), &refused)
+        .await
+        .expect("composition");
+    let status = wait_status(
+        &apps,
+        &beta,
+        "refused",
+        |s| s["phase"] == "Failed",
+        &controller,
+    )
+    .await;
+    let stalled = reason_of(&status, "Stalled");
+    assert!(stalled.starts_with("PermissionsMissing "), "{status}");
+    assert!(
+        stalled.contains(&format!(
+            r#"applications.argoproj.io "{beta}" in namespace elsewhere"#
+        )) && stalled.contains("spec.permissions.namespaces"),
+        "{stalled}"
+    );
+    assert!(!helm_has(&beta, &team), "nothing installed");
+    assert_eq!(upgrades().await, 1.0, "no Helm install was tried");
+
+    // Deleting uninstalls everything Helm made, the Application in krateo-system included.
+    wait_gone(&apps, &beta).await;
+    wait_gone(&apps, &acme).await;
+    assert!(!helm_has(&acme, &team));
+    assert!(applications.get_opt(&acme).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
+    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
+        return;
+    };
+    let fixture = Fixture::new("real-cm").await;
+    let definition = fixture
+        .define(
+            "tenants",
+            &publish(&chart),
+            json!({"names": {"kind": "Tenant"}, "placement": {"namespace": "CompositionName"}}),
+        )
+        .await;
+    let status = definition.status.unwrap();
+    assert_eq!(status.crd.unwrap().stored_version, "v1-19-1");
+    let footprint = status.versions[0].footprint.clone().expect("footprint");
+    let cluster_roles = footprint
+        .cluster_objects
+        .iter()
+        .filter(|o| o.starts_with("clusterroles.rbac.authorization.k8s.io {release}-cert-manager"))
+        .count();
+    assert_eq!(cluster_roles, 13, "{footprint:?}");
+    assert!(
+        footprint
+            .namespaces
+            .iter()
+            .any(|n| n.namespace == "kube-system"),
+        "leader election in kube-system: {footprint:?}"
+    );
+
+    const CONTROLLER: &str = "tenants-v1-19-1-controller";
+    let (controller, _cache) = run_controller(&fixture, CONTROLLER).await;
+    let tenants = fixture.compositions("Tenant", "tenants", "v1-19-1", &fixture.namespace);
+    // The post-install hook Job (startupapicheck) waits for cert-manager's pods, which a test
+    // bed without a kubelet never runs: it is switched off, as the chart allows.
+    let names = [support::unique("acme"), support::unique("bravo")];
+    for name in &names {
+        let tenant: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{}/v1-19-1", fixture.group), "kind": "Tenant",
+            "metadata": {"name": name}, "spec": {"startupapicheck": {"enabled": false}},
+        }))
+        .unwrap();
+        tenants
+            .create(&PostParams::default(), &tenant)
+            .await
+            .expect("tenant");
+    }
+    for name in &names {
+        let status = wait_status(
+            &tenants,
+            name,
+            "Ready",
+            |s| s["phase"] == "Ready",
+            &controller,
+        )
+        .await;
+        assert_eq!(status["clusters"][0]["namespace"], json!(name), "{status}");
+        assert!(
+            helm_has(name, name),
+            "release {name} deployed in namespace {name}"
+        );
+        let namespace = Api::<Namespace>::all(fixture.client.clone())
+            .get(name)
+            .await
+            .unwrap();
+        assert!(
+            namespace
+                .annotations()
+                .contains_key("compositor.dev/created-for")
+        );
+    }
+
+    let acme = &names[0];
+    let owned = |name: &str| name.starts_with(&format!("{acme}-cert-manager"));
+    let cluster_roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let listed = cluster_roles.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        listed.items.iter().filter(|r| owned(&r.name_any())).count(),
+        13
+    );
+    let bindings = Api::<ClusterRoleBinding>::all(fixture.client.clone());
+    let listed = bindings.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        listed.items.iter().filter(|r| owned(&r.name_any())).count(),
+        10
+    );
+    let kube_system = Api::<Role>::namespaced(fixture.client.clone(), "kube-system");
+    assert!(
+        kube_system
+            .get_opt(&format!("{acme}-cert-manager:leaderelection"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    for plural in [
+        "validatingwebhookconfigurations",
+        "mutatingwebhookconfigurations",
+    ] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "Webhook"),
+            plural,
+        );
+        let webhooks = Api::<DynamicObject>::all_with(fixture.client.clone(), &resource);
+        assert!(
+            webhooks
+                .get_opt(&format!("{acme}-cert-manager-webhook"))
+                .await
+                .unwrap()
+                .is_some(),
+            "{plural}"
+        );
+    }
+
+    // The real authorizer: the controller can neither escalate nor bind cluster-admin, nor do
+    // what the chart does not do.
+    let as_controller = fixture.as_controller(CONTROLLER).await;
+    let greedy: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": format!("{acme}-cert-manager-greedy")},
+        "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}],
+    }))
+    .unwrap();
+    let error = Api::<ClusterRole>::all(as_controller.clone())
+        .create(&PostParams::default(), &greedy)
+        .await
+        .expect_err("a ClusterRole the chart does not grant");
+    assert!(error.to_string().contains("forbidden"), "{error}");
+    let admin: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{acme}-cert-manager-controller-issuers")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": fixture.namespace}],
+    }))
+    .unwrap();
+    let error = Api::<ClusterRoleBinding>::all(as_controller)
+        .create(&PostParams::default(), &admin)
+        .await
+        .expect_err("binding cluster-admin");
+    assert!(error.to_string().contains("forbidden"), "{error}");
+    for (verb, group, resource, namespace, name) in [
+        (
+            "escalate",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+            None,
+        ),
+        (
+            "bind",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+            Some("cluster-admin"),
+        ),
+        ("create", "", "pods/exec", Some("kube-system"), None),
+        ("get", "", "nodes", None, None),
+        ("delete", "", "namespaces", None, Some("kube-system")),
+        ("create", "apps", "deployments", Some("kube-system"), None),
+        (
+            "update",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+            Some("admin"),
+        ),
+    ] {
+        assert!(
+            !can_named(&fixture, CONTROLLER, verb, group, resource, namespace, name).await,
+            "{verb} {resource} {namespace:?} {name:?}"
+        );
+    }
+
+    // Deleting a Tenant removes its release, its cluster-wide objects and its namespace.
+    wait_gone(&tenants, acme).await;
+    assert!(!helm_has(acme, acme));
+    let listed = cluster_roles.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        listed.items.iter().filter(|r| owned(&r.name_any())).count(),
+        0
+    );
+    assert!(
+        kube_system
+            .get_opt(&format!("{acme}-cert-manager:leaderelection"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let namespaces = Api::<Namespace>::all(fixture.client.clone());
+    support::eventually(
+        "the tenant's namespace goes",
+        Duration::from_secs(60),
+        || async {
+            namespaces
+                .get_opt(acme)
+                .await
+                .unwrap()
+                .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    wait_gone(&tenants, &names[1]).await;
+}
+
+#[tokio::test]
+async fn a_chart_with_crds_installs_them_and_objects_of_them() {
+    let fixture = Fixture::new("real-crds").await;
+    let url = format!(
+        "{}/with-crds-0.1.0.tgz",
+        support::env("COMPOSITOR_TEST_REPO_URL")
+    );
+    let definition = fixture.define("gadgets", &url, json!({})).await;
+    let footprint = definition.status.unwrap().versions[0]
+        .footprint
+        .clone()
+        .unwrap();
+    assert_eq!(
+        footprint.cluster_objects,
+        ["customresourcedefinitions.apiextensions.k8s.io gadgets.withcrds.compositor.dev"]
+    );
+    let (controller, _cache) = run_controller(&fixture, "withcrdses-v0-1-0-controller").await;
+    let team = support::namespace(&fixture.client, "real-crds-team").await;
+    let compositions = fixture.compositions("WithCrds", "withcrdses", "v0-1-0", &team);
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v0-1-0", fixture.group), "kind": "WithCrds",
+        "metadata": {"name": "first"}, "spec": {"size": "large"},
+    }))
+    .unwrap();
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .unwrap();
+    wait_status(
+        &compositions,
+        "first",
+        "Ready",
+        |s| s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    let gadgets = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("withcrds.compositor.dev", "v1", "Gadget"),
+        "gadgets",
+    );
+    let gadget = Api::<DynamicObject>::namespaced_with(fixture.client.clone(), &team, &gadgets)
+        .get("first")
+        .await
+        .expect("the object of the chart's own CRD");
+    assert_eq!(gadget.data["spec"]["size"], "large");
+    // Helm never deletes what `crds/` installed (other releases may use it); the release goes.
+    wait_gone(&compositions, "first").await;
+    assert!(!helm_has("first", &team));
+    Api::<CustomResourceDefinition>::all(fixture.client.clone())
+        .get("gadgets.withcrds.compositor.dev")
+        .await
+        .expect("the CRD stays");
+}
+
+async fn run_controller(fixture: &Fixture, name: &str) -> (support::Process, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let args = [
+        "--log-format",
+        "json",
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ];
+    let process = support::run_deployment(&fixture.client, &fixture.namespace, name, &args).await;
+    (process, cache)
+}
+
+async fn can_i(
+    fixture: &Fixture,
+    controller: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    can_named(fixture, controller, verb, group, resource, namespace, None).await
+}
+
+/// Whether ServiceAccount `controller` of the fixture's namespace may do this, by the authorizer.
+async fn can_named(
+    fixture: &Fixture,
+    controller: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let attributes = json!({"verb": verb, "group": group, "resource": resource,
+                            "namespace": namespace, "name": name});
+    support::service_account_can(
+        &fixture.client,
+        (&fixture.namespace, controller),
+        attributes,
+    )
+    .await
+}
