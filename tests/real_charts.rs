@@ -591,6 +591,49 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
     )
     .await;
     wait_gone(&tenants, &names[1]).await;
+
+    // Values that rename the cluster-wide objects ask for names the definition never granted:
+    // refused before Helm, and such a Tenant, never installed, still deletes cleanly.
+    let renamed = support::unique("charlie");
+    let tenant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-19-1", fixture.group), "kind": "Tenant",
+        "metadata": {"name": renamed},
+        "spec": {"startupapicheck": {"enabled": false}, "fullnameOverride": "renamed"},
+    }))
+    .unwrap();
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .expect("tenant");
+    let status = wait_status(
+        &tenants,
+        &renamed,
+        "refused",
+        |s| s["phase"] == "Failed",
+        &controller,
+    )
+    .await;
+    let stalled = reason_of(&status, "Stalled");
+    assert!(
+        stalled.starts_with("PermissionsMissing ")
+            && stalled.contains(r#"clusterroles.rbac.authorization.k8s.io "renamed-"#)
+            && stalled.contains("(cluster-scoped)"),
+        "{stalled}"
+    );
+    assert!(!helm_has(&renamed, &renamed));
+    wait_gone(&tenants, &renamed).await;
+    support::eventually(
+        "the refused tenant's namespace goes",
+        Duration::from_secs(60),
+        || async {
+            namespaces
+                .get_opt(&renamed)
+                .await
+                .unwrap()
+                .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
