@@ -1762,6 +1762,13 @@ async fn a_republished_chart_version_must_keep_its_schema_compatible() {
     let conditions = definition.status.unwrap().conditions;
     let condition = find_condition(&conditions, "CRDReady").unwrap();
     assert_eq!(condition.reason, "SchemaConflict", "{}", condition.message);
+    assert!(
+        condition
+            .message
+            .contains("spec.size: type integer → string"),
+        "the path that broke and why: {}",
+        condition.message
+    );
     let crd_name = format!("{}s.{}", name.replace('-', ""), fixture.group);
     let crd = Api::<CustomResourceDefinition>::all(fixture.client.clone())
         .get(&crd_name)

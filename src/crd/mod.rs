@@ -9,7 +9,7 @@ pub use build::{
     BuildOptions, CATEGORIES, CLUSTER_REF, assemble, build, build_version, check_size,
     merge_version, to_yaml, version,
 };
-pub use compat::compatible;
+pub use compat::{Break, breaks, compatible};
 pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
 

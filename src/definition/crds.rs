@@ -42,13 +42,20 @@ pub async fn apply_version(
     };
     if let Some(live) = &live
         && let Some(existing) = live.spec.versions.iter().find(|v| v.name == version.name)
-        && !crd::compatible(existing, &version)
     {
-        return Err(Error::SchemaConflict {
-            version: version.name.clone(),
-            detail: "the chart was republished with a schema that removes or changes fields; publish it as a new version"
-                .to_string(),
-        });
+        let broken: Vec<String> = crd::breaks(existing, &version)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if !broken.is_empty() {
+            return Err(Error::SchemaConflict {
+                version: version.name.clone(),
+                detail: format!(
+                    "the chart was republished with a schema that refuses what the published one accepted ({}); publish it as a new version",
+                    broken.join("; ")
+                ),
+            });
+        }
     }
     crd::merge_version(&mut desired, version);
     // The definition that made the CRD stays its owner while others share it.
