@@ -846,48 +846,120 @@ async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() 
 }
 
 #[tokio::test]
-async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_once_unused() {
+async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_version() {
     let fixture = Fixture::new("op-upgrade").await;
     fixture.apply_fireworksapp("1.1.5").await;
     fixture
         .wait_condition("fireworksapp", "Ready", "True")
         .await;
+    let (old_controller, _old_cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .await;
     let team = support::namespace(&fixture.client, "op-upgrade-team").await;
-    let composition: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
-        "metadata": {"name": "acme", "labels": {"compositor.dev/version": "v1-1-5"}},
-        "spec": {"git": {"repository": "acme"}}
-    }))
-    .unwrap();
     let compositions = fixture.compositions("v1-1-5", &team);
-    compositions
-        .create(&PostParams::default(), &composition)
-        .await
-        .expect("composition");
-
-    fixture.apply_fireworksapp("1.1.6").await;
-    support::eventually(
-        "v1-1-6 stored and ready",
-        Duration::from_secs(60),
-        || async {
-            let definition = fixture.definitions().get("fireworksapp").await.unwrap();
-            let status = definition.status.unwrap_or_default();
-            status.crd.is_some_and(|crd| crd.stored_version == "v1-1-6")
-                && find_condition(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
-        },
-    )
-    .await;
-    let crd = Api::<CustomResourceDefinition>::all(fixture.client.clone())
-        .get(&format!("fireworksapps.{}", fixture.group))
-        .await
+    let names = ["acme", "bravo", "charlie"];
+    for name in names {
+        let composition: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
+            "metadata": {"name": name}, "spec": {"git": {"repository": name}}
+        }))
         .unwrap();
-    let versions: Vec<_> = crd
-        .spec
-        .versions
+        compositions
+            .create(&PostParams::default(), &composition)
+            .await
+            .expect("composition");
+    }
+    let helm = support::Helm::new();
+    let release = |name: &str| -> Value {
+        serde_json::from_str(&helm.ok(&["status", name, "-n", &team, "-o", "json"], None)).unwrap()
+    };
+    let mut first_deployed = Vec::new();
+    for name in names {
+        wait_composition(
+            &compositions,
+            name,
+            "Ready",
+            phase_is("Ready"),
+            &old_controller,
+        )
+        .await;
+        first_deployed.push(release(name)["info"]["first_deployed"].clone());
+    }
+
+    // `kubectl patch` of the chart version: the new version comes up, every composition moves.
+    fixture.apply_fireworksapp("1.1.6").await;
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    support::eventually("the v1-1-6 controller", Duration::from_secs(60), || async {
+        deployments
+            .get_opt("fireworksapps-v1-1-6-controller")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    let (controller, _cache) = fixture
+        .run_controller("fireworksapps-v1-1-6-controller", &[])
+        .await;
+    let moved = fixture.compositions("v1-1-6", &team);
+    for (name, first) in names.iter().zip(&first_deployed) {
+        let status = wait_composition(
+            &moved,
+            name,
+            "upgraded in place to 1.1.6",
+            |s| s["chart"]["version"] == "1.1.6" && s["phase"] == "Ready",
+            &controller,
+        )
+        .await;
+        assert_eq!(status["clusters"][0]["revision"], 2, "{status}");
+        let object = moved.get(name).await.unwrap();
+        assert_eq!(object.labels()["compositor.dev/version"], "v1-1-6");
+        let info = release(name);
+        assert_eq!(info["version"], 2, "revision +1, no reinstall");
+        assert_eq!(&info["info"]["first_deployed"], first, "never uninstalled");
+    }
+
+    let listed: Value =
+        serde_json::from_str(&helm.ok(&["list", "-n", &team, "-o", "json"], None)).unwrap();
+    let charts: Vec<&str> = listed
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|v| (v.name.as_str(), v.served, v.storage))
+        .map(|r| r["chart"].as_str().unwrap())
         .collect();
-    assert_eq!(versions, [("v1-1-5", true, false), ("v1-1-6", true, true)]);
+    assert_eq!(charts, ["fireworks-app-1.1.6"; 3], "{listed}");
+
+    // Nothing uses v1-1-5 any more: its controller and RBAC go, and so does the CRD version,
+    // once every object is stored at v1-1-6.
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    let crd_name = format!("fireworksapps.{}", fixture.group);
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let old_role = format!("compositor:{}:fireworksapps-v1-1-5", fixture.namespace);
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+        fixture.client.clone(),
+        &fixture.namespace,
+    );
+    support::eventually("v1-1-5 retired", Duration::from_secs(120), || async {
+        let crd = crds.get(&crd_name).await.unwrap();
+        let versions: Vec<_> = crd.spec.versions.iter().map(|v| v.name.clone()).collect();
+        let stored = crd
+            .status
+            .and_then(|s| s.stored_versions)
+            .unwrap_or_default();
+        versions == ["v1-1-6"]
+            && stored == ["v1-1-6"]
+            && deployments
+                .get_opt("fireworksapps-v1-1-5-controller")
+                .await
+                .unwrap()
+                .is_none()
+            && accounts
+                .get_opt("fireworksapps-v1-1-5-controller")
+                .await
+                .unwrap()
+                .is_none()
+            && roles.get_opt(&old_role).await.unwrap().is_none()
+    })
+    .await;
     let status = fixture
         .definitions()
         .get("fireworksapp")
@@ -898,43 +970,22 @@ async fn a_new_chart_version_adds_a_crd_version_and_retires_the_old_controller_o
     let in_use: Vec<_> = status
         .versions
         .iter()
-        .map(|v| (v.version.as_str(), v.chart_version.as_str(), v.compositions))
+        .map(|v| (v.version.as_str(), v.compositions, v.compatible))
         .collect();
-    assert_eq!(in_use, [("v1-1-6", "1.1.6", 0), ("v1-1-5", "1.1.5", 1)]);
-    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
-    for name in [
-        "fireworksapps-v1-1-5-controller",
-        "fireworksapps-v1-1-6-controller",
-    ] {
-        assert!(
-            deployments.get_opt(name).await.unwrap().is_some(),
-            "{name} runs while its version is used"
-        );
+    assert_eq!(in_use, [("v1-1-6", 3, true)]);
+    drop(old_controller);
+    for name in names {
+        moved.delete(name, &DeleteParams::default()).await.unwrap();
     }
-
-    // Once no composition uses v1-1-5, its controller and RBAC go.
-    compositions
-        .delete("acme", &DeleteParams::default())
-        .await
-        .unwrap();
-    let roles = Api::<ClusterRole>::all(fixture.client.clone());
-    let old_role = format!("compositor:{}:fireworksapps-v1-1-5", fixture.namespace);
-    support::eventually("old bundle collected", Duration::from_secs(120), || async {
-        deployments
-            .get_opt("fireworksapps-v1-1-5-controller")
+    support::eventually("compositions gone", Duration::from_secs(60), || async {
+        moved
+            .list(&ListParams::default())
             .await
             .unwrap()
-            .is_none()
-            && roles.get_opt(&old_role).await.unwrap().is_none()
+            .items
+            .is_empty()
     })
     .await;
-    assert!(
-        deployments
-            .get_opt("fireworksapps-v1-1-6-controller")
-            .await
-            .unwrap()
-            .is_some()
-    );
 }
 
 /// Packages a chart written by the test into the test bed's repository directory; returns its URL.

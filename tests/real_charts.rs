@@ -616,8 +616,9 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
     let stalled = reason_of(&status, "Stalled");
     assert!(
         stalled.starts_with("PermissionsMissing ")
-            && stalled.contains(r#"clusterroles.rbac.authorization.k8s.io "renamed-"#)
-            && stalled.contains("(cluster-scoped)"),
+            && stalled.contains(r#".rbac.authorization.k8s.io "renamed-"#)
+            && stalled.contains("(cluster-scoped)")
+            && stalled.contains("granted by name"),
         "{stalled}"
     );
     assert!(!helm_has(&renamed, &renamed));

@@ -240,6 +240,13 @@ pub struct DefinitionVersion {
     pub controller: String,
     /// Number of compositions of this version.
     pub compositions: i64,
+    /// Whether the storage version's schema accepts every object this version's did, so its
+    /// compositions move there by themselves.
+    #[serde(default)]
+    pub compatible: bool,
+    /// Where the storage version's schema refuses what this version's accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaks: Vec<String>,
     /// What the chart writes with its default values, which is what the controller may write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub footprint: Option<VersionFootprint>,

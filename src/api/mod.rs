@@ -37,6 +37,9 @@ pub const APPLIED_HASH_ANNOTATION: &str = "compositor.dev/applied-hash";
 /// Annotation on a namespace compositor created for a composition: the composition's UID. Only
 /// such a namespace is deleted with the composition's release.
 pub const NAMESPACE_OWNER_ANNOTATION: &str = "compositor.dev/created-for";
+/// Annotation the operator sets on a composition to ask its controller to hand it over to
+/// another version (the value); the controller does so by relabelling it.
+pub const MOVE_ANNOTATION: &str = "compositor.dev/move-to";
 /// Finalizer on definitions and compositions.
 pub const FINALIZER: &str = "compositor.dev/finalizer";
 

@@ -31,8 +31,9 @@ use serde_json::json;
 
 use crate::api::{
     ClusterStatus, CompositionChart, CompositionDefinition, CompositionStatus, FINALIZER,
-    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Phase, RELEASE_NAME_ANNOTATION, ResourceRef,
-    VERSION_LABEL, find_condition, is_paused, remove_condition, set_condition,
+    MOVE_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Phase,
+    RELEASE_NAME_ANNOTATION, ResourceRef, VERSION_LABEL, find_condition, is_paused,
+    remove_condition, set_condition,
 };
 use crate::chart::{self, Cache, Fetched};
 use crate::helm::{self, parse_documents};
@@ -384,6 +385,14 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
         }
         _ => return Ok(Action::await_change()),
     }
+    if let Some(target) = object.annotations().get(MOVE_ANNOTATION)
+        && target != mine
+        && object.metadata.deletion_timestamp.is_none()
+        && !is_paused(&object.metadata)
+    {
+        hand_over(context, &api, &object, target).await?;
+        return Ok(Action::await_change());
+    }
     if is_paused(&object.metadata) {
         let mut writer = StatusWriter::new(&api, &object);
         let mut status = writer.written.clone();
@@ -422,6 +431,31 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
         | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
         other => Error::Finalizer(Box::new(other)),
     })
+}
+
+/// Hands a composition over to the controller of `target`, as the operator asked: this
+/// controller handles one reconcile of an object at a time, so none of its Helm calls for it
+/// runs any more, and from the relabel on only the other controller writes the release.
+async fn hand_over(
+    context: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    target: &str,
+) -> Result<(), Error> {
+    let relabel = json!({"metadata": {
+        "labels": {VERSION_LABEL: target},
+        "annotations": {MOVE_ANNOTATION: null},
+    }});
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(relabel),
+    )
+    .await
+    .map_err(|e| Error::Kube("hand over the composition", e))?;
+    let note = format!("handed over from {} to {target}", context.config.version);
+    publish(context, object, EventType::Normal, "Moved", &note).await;
+    Ok(())
 }
 
 fn status_of(object: &DynamicObject) -> CompositionStatus {

@@ -1,6 +1,8 @@
 //! The generated CRD on the cluster: a new chart version adds a version and becomes the storage
 //! version; versions already there stay served.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion,
 };
@@ -13,12 +15,14 @@ use crate::api::{CompositionDefinition, OWNER_ANNOTATION};
 use crate::crd::{self, Names};
 
 /// Merges `version` into the live CRD (or a new one), applies it, and returns what the
-/// apiserver stored.
+/// apiserver stored. Of the live versions, those objects are stored at and those in `in_use`
+/// stay; the others are dropped.
 pub async fn apply_version(
     client: &Client,
     definition: &CompositionDefinition,
     names: &Names,
     version: CustomResourceDefinitionVersion,
+    in_use: &BTreeSet<String>,
 ) -> Result<CustomResourceDefinition, Error> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let name = names.crd_name();
@@ -34,7 +38,11 @@ pub async fn apply_version(
     let mut desired = match &live {
         Some(live) => {
             check_owner(client, live, &owner, &version.name).await?;
-            let mut desired = crd::assemble(names, live.spec.versions.clone());
+            let stored = live.status.as_ref().and_then(|s| s.stored_versions.clone());
+            let kept = live.spec.versions.iter().filter(|v| {
+                in_use.contains(&v.name) || stored.as_ref().is_none_or(|s| s.contains(&v.name))
+            });
+            let mut desired = crd::assemble(names, kept.cloned().collect());
             desired.metadata.resource_version = live.resource_version();
             desired
         }

@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::{Error, objects};
 use crate::api::{
-    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION, VERSION_LABEL,
+    MOVE_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION,
+    VERSION_LABEL,
 };
 use crate::bundle::ReleasePlace;
 use crate::crd::Names;
@@ -30,6 +31,10 @@ pub struct CompositionUse {
     pub uid: String,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// The version it was asked to move to, if any.
+    pub move_to: Option<String>,
+    /// Whether its owner paused it (it then stays where it is).
+    pub paused: bool,
 }
 
 impl CompositionUse {
@@ -100,6 +105,8 @@ pub async fn list_compositions(
                 release: release.ok(),
                 uid: item.uid().unwrap_or_default(),
                 deleting: item.metadata.deletion_timestamp.is_some(),
+                move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
+                paused: crate::api::is_paused(&item.metadata),
             });
     }
     Ok(by_version)

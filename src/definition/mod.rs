@@ -7,6 +7,7 @@
 
 mod crds;
 mod grants;
+mod moves;
 mod objects;
 mod permissions;
 mod watch;
@@ -158,6 +159,7 @@ pub struct Context {
 /// A running composition watch.
 struct Watched {
     crd: String,
+    version: String,
     task: tokio::task::AbortHandle,
 }
 
@@ -184,11 +186,26 @@ impl Context {
             key,
             Watched {
                 crd: names.crd_name(),
+                version: version.to_string(),
                 task: task.abort_handle(),
             },
         );
         if let Some(old) = replaced {
             old.task.abort();
+        }
+    }
+
+    /// Restarts the composition watch of `definition` on `version` unless it reads through it
+    /// already: before the version it reads through is removed from the CRD.
+    fn move_watch(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
+        let stale = self.watched.lock().is_ok_and(|watched| {
+            watched
+                .get(&ObjectRef::from_obj(definition))
+                .is_some_and(|w| w.version != version)
+        });
+        if stale {
+            self.unwatch_compositions(definition);
+            self.watch_compositions(definition, names, version);
         }
     }
 
@@ -466,7 +483,14 @@ async fn converge(
     let options = build_options(definition);
     let (version, warnings) = crd::build_version(&fetched.package, &options)?;
     let current_version = version.name.clone();
-    let live_crd = crds::apply_version(&context.client, definition, &names, version).await?;
+    let in_use: BTreeSet<String> = status
+        .versions
+        .iter()
+        .filter(|v| v.compositions > 0)
+        .map(|v| v.version.clone())
+        .collect();
+    let live_crd =
+        crds::apply_version(&context.client, definition, &names, version, &in_use).await?;
     status.crd = Some(CrdStatus {
         name: names.crd_name(),
         kind: names.kind.clone(),
@@ -510,6 +534,7 @@ async fn converge(
         }
     }
 
+    let breaks = moves::breaks_to(&live_crd, &current_version);
     let mut desired_keys = BTreeSet::new();
     let mut all_warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let mut versions = Vec::new();
@@ -557,6 +582,8 @@ async fn converge(
             chart_version: chart_version.clone(),
             controller: controller.name(),
             compositions: used.compositions.len() as i64,
+            compatible: breaks.get(version).is_some_and(Vec::is_empty),
+            breaks: breaks.get(version).cloned().unwrap_or_default(),
             footprint: Some(footprint.footprint.summary()),
         });
     }
@@ -569,6 +596,16 @@ async fn converge(
     )
     .await
     .map_err(|e| Error::Kube("delete stale bundles", e))?;
+    let moving = follow_current_version(
+        definition,
+        context,
+        &names,
+        &current_version,
+        &compositions,
+        &breaks,
+        &live_crd,
+    )
+    .await?;
 
     status.versions = versions;
     all_warnings.truncate(WARNING_LIMIT);
@@ -583,11 +620,33 @@ async fn converge(
     );
     // Kinds that discovery does not know yet, or namespaces that do not exist yet, are retried
     // soon.
-    Ok(if incomplete {
+    Ok(if moving {
+        Action::requeue(Duration::from_secs(2))
+    } else if incomplete {
         Action::requeue(Duration::from_secs(30))
     } else {
         Action::requeue(context.config.resync)
     })
+}
+
+/// Moves compositions of compatible older versions to `current` and, once every composition is
+/// there, retires the other versions. Whether something is still under way.
+async fn follow_current_version(
+    definition: &CompositionDefinition,
+    context: &Context,
+    names: &Names,
+    current: &str,
+    compositions: &BTreeMap<String, grants::VersionUse>,
+    breaks: &BTreeMap<String, Vec<String>>,
+    live_crd: &CustomResourceDefinition,
+) -> Result<bool, Error> {
+    let moving = moves::hand_over(&context.client, names, current, compositions, breaks).await?;
+    if moving > 0 || compositions.keys().any(|version| version != current) {
+        return Ok(moving > 0);
+    }
+    // The watch must not read through a version about to go.
+    context.move_watch(definition, names, current);
+    moves::retire_versions(&context.client, names, current, live_crd).await
 }
 
 async fn fetch(

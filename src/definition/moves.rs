@@ -1,0 +1,154 @@
+//! Moving compositions to the current chart version, and retiring versions nobody uses.
+//!
+//! A composition belongs to the controller its version label names. To move it, the operator
+//! only asks: it annotates the composition with the version to move to. The old controller,
+//! which handles one composition at a time, relabels it in a reconcile of its own — so no Helm
+//! call of the old controller can still be running when the new one takes over, and the two
+//! never write one release at once. The new controller then upgrades the release in place.
+//! Only compositions whose version's schema the current one accepts are moved; the others stay
+//! with their controller until their owner moves them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::Error;
+use super::grants::VersionUse;
+use crate::api::MOVE_ANNOTATION;
+use crate::crd::{self, Names};
+
+/// The schema breaks from each version of the CRD to `current` (empty: compatible).
+pub fn breaks_to(crd: &CustomResourceDefinition, current: &str) -> BTreeMap<String, Vec<String>> {
+    let Some(target) = crd.spec.versions.iter().find(|v| v.name == current) else {
+        return BTreeMap::new();
+    };
+    crd.spec
+        .versions
+        .iter()
+        .map(|version| {
+            let breaks = crd::breaks(version, target)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            (version.name.clone(), breaks)
+        })
+        .collect()
+}
+
+/// Asks the controllers of compatible older versions to hand their compositions over to
+/// `current`. Returns how many compositions are on their way.
+pub async fn hand_over(
+    client: &Client,
+    names: &Names,
+    current: &str,
+    compositions: &BTreeMap<String, VersionUse>,
+    breaks: &BTreeMap<String, Vec<String>>,
+) -> Result<usize, Error> {
+    let resource = resource(names, current);
+    let mut moving = 0;
+    for (version, used) in compositions {
+        let compatible = breaks.get(version).is_some_and(Vec::is_empty);
+        if version == current || !compatible {
+            continue;
+        }
+        for composition in used
+            .compositions
+            .iter()
+            .filter(|c| !c.deleting && !c.paused)
+        {
+            moving += 1;
+            if composition.move_to.as_deref() == Some(current) {
+                continue;
+            }
+            let api = Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                &composition.namespace,
+                &resource,
+            );
+            let ask = json!({"metadata": {"annotations": {MOVE_ANNOTATION: current}}});
+            match api
+                .patch(
+                    &composition.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(ask),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(Error::Kube("ask a composition to move", error)),
+            }
+        }
+    }
+    Ok(moving)
+}
+
+/// Once every composition is on `current`: rewrites each (so all are stored at `current`, with
+/// their field ownership recorded at `current`), then drops every other version from the CRD's
+/// stored versions, so that the next apply of the CRD leaves them out. Returns whether versions
+/// were retired.
+pub async fn retire_versions(
+    client: &Client,
+    names: &Names,
+    current: &str,
+    live: &CustomResourceDefinition,
+) -> Result<bool, Error> {
+    let stale = live.spec.versions.iter().any(|v| v.name != current)
+        || live
+            .status
+            .as_ref()
+            .and_then(|s| s.stored_versions.as_ref())
+            .is_some_and(|stored| stored.iter().any(|v| v != current));
+    if !stale {
+        return Ok(false);
+    }
+    let all = Api::<DynamicObject>::all_with(client.clone(), &resource(names, current));
+    let listed = all
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::Kube("list compositions to migrate", e))?;
+    let api_version = format!("{}/{current}", names.group);
+    for mut object in listed.items {
+        // Field ownership is recorded per version; entries of a version about to go would make
+        // every later apply to the object fail. The schemas are compatible, so the recorded
+        // fields stay right under the current version.
+        for entry in object.metadata.managed_fields.iter_mut().flatten() {
+            entry.api_version = Some(api_version.clone());
+        }
+        let namespace = object.namespace().unwrap_or_default();
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &namespace,
+            &resource(names, current),
+        );
+        match api
+            .replace(&object.name_any(), &PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(Error::Kube("migrate a composition's storage", error)),
+        }
+    }
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let stored = json!({"status": {"storedVersions": [current]}});
+    crds.patch_status(
+        &live.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(stored),
+    )
+    .await
+    .map_err(|e| Error::Kube("update stored versions", e))?;
+    Ok(true)
+}
+
+fn resource(names: &Names, version: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&names.group, version, &names.kind),
+        &names.plural,
+    )
+}
