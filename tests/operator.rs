@@ -974,11 +974,64 @@ async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_
         .collect();
     assert_eq!(in_use, [("v1-1-6", 3, true)]);
     drop(old_controller);
+
+    // A version that does not exist is reported, and nothing is torn down or moved.
+    fixture.apply_fireworksapp("9.9.9").await;
+    let definition = fixture
+        .wait_condition("fireworksapp", "Ready", "False")
+        .await;
+    let conditions = definition.status.unwrap().conditions;
+    assert_eq!(
+        find_condition(&conditions, "Ready").unwrap().reason,
+        "VersionNotFound"
+    );
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-6-controller")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let crd = crds.get(&crd_name).await.unwrap();
+    assert_eq!(crd.spec.versions.len(), 1);
+
+    // Rolling back is a bump like any other, the other way.
+    fixture.apply_fireworksapp("1.1.5").await;
+    support::eventually(
+        "the v1-1-5 controller again",
+        Duration::from_secs(60),
+        || async {
+            deployments
+                .get_opt("fireworksapps-v1-1-5-controller")
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
+    .await;
+    let (back_controller, _back_cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .await;
     for name in names {
-        moved.delete(name, &DeleteParams::default()).await.unwrap();
+        let status = wait_composition(
+            &compositions,
+            name,
+            "rolled back to 1.1.5",
+            |s| s["chart"]["version"] == "1.1.5" && s["phase"] == "Ready",
+            &back_controller,
+        )
+        .await;
+        assert_eq!(status["clusters"][0]["revision"], 3, "{status}");
+    }
+    drop(controller);
+    for name in names {
+        compositions
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
     }
     support::eventually("compositions gone", Duration::from_secs(60), || async {
-        moved
+        compositions
             .list(&ListParams::default())
             .await
             .unwrap()
