@@ -68,22 +68,27 @@ for check in "list fireworksapps.composition.compositor.dev -A" "get secret/helm
   printf '  can the controller %-48s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
 done
 
-step "The test bed has no kubelet: run the controller Deployment locally, with its own ServiceAccount token"
-CONTROLLER=fireworksapps-v1-1-5-controller
-if ! { [ -f "$TESTBED_DIR/pids/controller" ] && kill -0 "$(cat "$TESTBED_DIR/pids/controller")" 2>/dev/null; }; then
-  token=$(kubectl -n demo create token "$CONTROLLER")
-  python3 - "$KUBECONFIG" "$token" >"$TESTBED_DIR/controller.kubeconfig" <<'PY'
-import json, sys, re
+# The test bed has no kubelet: this plays it for controller Deployment $1, with its own token.
+run_controller() {
+  local controller=$1 pidfile="$TESTBED_DIR/pids/$1"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return; fi
+  local token
+  token=$(kubectl -n demo create token "$controller")
+  python3 - "$KUBECONFIG" "$token" >"$TESTBED_DIR/$controller.kubeconfig" <<'PY'
+import sys, re
 text = open(sys.argv[1]).read()
 print(re.sub(r"token: .*", "token: " + sys.argv[2], text))
 PY
-  chmod 600 "$TESTBED_DIR/controller.kubeconfig"
-  mapfile -t args < <(kubectl -n demo get deployment "$CONTROLLER" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
+  chmod 600 "$TESTBED_DIR/$controller.kubeconfig"
+  mapfile -t args < <(kubectl -n demo get deployment "$controller" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
   printf '\033[2m$ compositor %s\033[0m\n' "${args[*]}"
-  KUBECONFIG="$TESTBED_DIR/controller.kubeconfig" "$COMPOSITOR" "${args[@]}" --metrics-address 127.0.0.1:0 \
-    --cache-dir "$TESTBED_DIR/controller-cache" >"$TESTBED_DIR/logs/controller.log" 2>&1 &
-  echo $! >"$TESTBED_DIR/pids/controller"
-fi
+  KUBECONFIG="$TESTBED_DIR/$controller.kubeconfig" "$COMPOSITOR" "${args[@]}" --metrics-address 127.0.0.1:0 \
+    --cache-dir "$TESTBED_DIR/$controller-cache" >"$TESTBED_DIR/logs/$controller.log" 2>&1 &
+  echo $! >"$pidfile"
+}
+
+step "The test bed has no kubelet: run the controller Deployment locally, with its own ServiceAccount token"
+run_controller fireworksapps-v1-1-5-controller
 
 step "A user asks for a FireworksApp: it becomes a Helm release"
 kubectl create namespace acme --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -106,4 +111,24 @@ run kubectl -n acme get fireworksapps
 run "$HELM_BIN" list -n acme
 run kubectl -n acme get configmap acme-config -o jsonpath='{.data.greeting}'; echo
 
-step "Done. Logs: $TESTBED_DIR/logs/{operator,controller}.log. Stop everything with: make down"
+step "The platform team moves everyone to chart 1.1.6: one patch"
+run kubectl -n demo patch compositiondefinition fireworksapp --type=merge -p '{"spec":{"chart":{"version":"1.1.6"}}}'
+for _ in $(seq 120); do
+  kubectl -n demo get deployment fireworksapps-v1-1-6-controller >/dev/null 2>&1 && break
+  sleep 0.5
+done
+run_controller fireworksapps-v1-1-6-controller
+# Read through the API itself: kubectl's discovery cache still knows the version that went.
+moved() {
+  kubectl get --raw /apis/composition.compositor.dev/v1-1-6/namespaces/acme/fireworksapps/acme 2>/dev/null |
+    python3 -c 'import json, sys; s = json.load(sys.stdin).get("status", {}); sys.exit(s.get("chart", {}).get("version") != "1.1.6" or s.get("phase") != "Ready")'
+}
+for _ in $(seq 240); do
+  moved && ! kubectl -n demo get deployment fireworksapps-v1-1-5-controller >/dev/null 2>&1 && break
+  sleep 0.5
+done
+run "$HELM_BIN" history acme -n acme
+run kubectl -n demo get deployments
+run kubectl get crd fireworksapps.composition.compositor.dev -o jsonpath='{.spec.versions[*].name}'; echo
+
+step "Done. Logs: $TESTBED_DIR/logs/. Stop everything with: make down"
