@@ -1041,6 +1041,153 @@ async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_
     .await;
 }
 
+#[tokio::test]
+async fn a_breaking_chart_version_leaves_compositions_where_they_are_until_their_owner_moves_them()
+{
+    let fixture = Fixture::new("op-breaking").await;
+    fixture.apply_fireworksapp("1.1.5").await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let (old_controller, _old_cache) = fixture
+        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .await;
+    let team = support::namespace(&fixture.client, "op-breaking-team").await;
+    let old = fixture.compositions("v1-1-5", &team);
+    for name in ["acme", "bravo"] {
+        let mut composition = fixture.fireworksapp(name, name);
+        // 2.0.0 turns the service port into an object: bravo's values do not fit it.
+        if name == "bravo" {
+            composition.data["spec"]["app"] = json!({"service": {"port": 8080}});
+        }
+        old.create(&PostParams::default(), &composition)
+            .await
+            .expect("composition");
+        wait_composition(&old, name, "Ready", phase_is("Ready"), &old_controller).await;
+    }
+
+    fixture.apply_fireworksapp("2.0.0").await;
+    let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
+    support::eventually("the v2-0-0 controller", Duration::from_secs(60), || async {
+        deployments
+            .get_opt("fireworksapps-v2-0-0-controller")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    let (controller, _cache) = fixture
+        .run_controller("fireworksapps-v2-0-0-controller", &[])
+        .await;
+    let definitions = fixture.definitions();
+    support::eventually(
+        "v1-1-5 reported incompatible",
+        Duration::from_secs(30),
+        || async {
+            let status = definitions
+                .get("fireworksapp")
+                .await
+                .unwrap()
+                .status
+                .unwrap();
+            status
+                .versions
+                .iter()
+                .any(|v| v.version == "v1-1-5" && !v.compatible)
+        },
+    )
+    .await;
+    let status = definitions
+        .get("fireworksapp")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let old_version = status
+        .versions
+        .iter()
+        .find(|v| v.version == "v1-1-5")
+        .expect("v1-1-5 stays while used");
+    assert!(!old_version.compatible);
+    assert!(
+        old_version
+            .breaks
+            .contains(&"spec.app.service.port: type integer → object".to_string()),
+        "{:?}",
+        old_version.breaks
+    );
+
+    // New compositions get the new version; the old ones stay with their controller.
+    let new = fixture.compositions("v2-0-0", &team);
+    let charlie: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v2-0-0", fixture.group), "kind": "FireworksApp",
+        "metadata": {"name": "charlie"},
+        "spec": {"git": {"url": "https://git.example.org/charlie.git"}}
+    }))
+    .unwrap();
+    new.create(&PostParams::default(), &charlie).await.unwrap();
+    let status = wait_composition(&new, "charlie", "Ready", phase_is("Ready"), &controller).await;
+    assert_eq!(status["chart"]["version"], "2.0.0");
+    for name in ["acme", "bravo"] {
+        let object = old.get(name).await.unwrap();
+        assert_eq!(object.labels()["compositor.dev/version"], "v1-1-5");
+        assert!(!object.annotations().contains_key("compositor.dev/move-to"));
+    }
+
+    // The owner moves one, with values the new schema accepts: upgraded in place.
+    let move_acme = json!({
+        "metadata": {"labels": {"compositor.dev/version": "v2-0-0"}},
+        "spec": {"git": {"url": "https://git.example.org/acme.git"}}
+    });
+    new.patch("acme", &PatchParams::default(), &Patch::Merge(move_acme))
+        .await
+        .expect("move acme");
+    let status = wait_composition(
+        &new,
+        "acme",
+        "moved to 2.0.0",
+        |s| s["chart"]["version"] == "2.0.0" && s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    assert_eq!(status["clusters"][0]["revision"], 2, "{status}");
+
+    // bravo's values do not fit 2.0.0: it stays on 1.1.5, with its controller.
+    assert!(
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_some(),
+        "bravo's controller stays"
+    );
+    let status = wait_composition(&old, "bravo", "Ready", phase_is("Ready"), &old_controller).await;
+    assert_eq!(status["chart"]["version"], "1.1.5");
+
+    // Once its last composition goes, the old version's controller goes too.
+    old.delete("bravo", &DeleteParams::default()).await.unwrap();
+    // No composition is left on the old version: its controller goes.
+    support::eventually("v1-1-5 retired", Duration::from_secs(120), || async {
+        deployments
+            .get_opt("fireworksapps-v1-1-5-controller")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    for name in ["acme", "charlie"] {
+        new.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    support::eventually("compositions gone", Duration::from_secs(60), || async {
+        new.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+}
+
 /// Packages a chart written by the test into the test bed's repository directory; returns its URL.
 fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
     let source = tempfile::tempdir().unwrap();
