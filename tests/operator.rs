@@ -889,16 +889,8 @@ async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_
     // `kubectl patch` of the chart version: the new version comes up, every composition moves.
     fixture.apply_fireworksapp("1.1.6").await;
     let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
-    support::eventually("the v1-1-6 controller", Duration::from_secs(60), || async {
-        deployments
-            .get_opt("fireworksapps-v1-1-6-controller")
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
     let (controller, _cache) = fixture
-        .run_controller("fireworksapps-v1-1-6-controller", &[])
+        .run_controller_once_deployed("fireworksapps-v1-1-6-controller")
         .await;
     let moved = fixture.compositions("v1-1-6", &team);
     for (name, first) in names.iter().zip(&first_deployed) {
@@ -997,20 +989,8 @@ async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_
 
     // Rolling back is a bump like any other, the other way.
     fixture.apply_fireworksapp("1.1.5").await;
-    support::eventually(
-        "the v1-1-5 controller again",
-        Duration::from_secs(60),
-        || async {
-            deployments
-                .get_opt("fireworksapps-v1-1-5-controller")
-                .await
-                .unwrap()
-                .is_some()
-        },
-    )
-    .await;
     let (back_controller, _back_cache) = fixture
-        .run_controller("fireworksapps-v1-1-5-controller", &[])
+        .run_controller_once_deployed("fireworksapps-v1-1-5-controller")
         .await;
     for name in names {
         let status = wait_composition(
@@ -1068,16 +1048,8 @@ async fn a_breaking_chart_version_leaves_compositions_where_they_are_until_their
 
     fixture.apply_fireworksapp("2.0.0").await;
     let deployments = Api::<Deployment>::namespaced(fixture.client.clone(), &fixture.namespace);
-    support::eventually("the v2-0-0 controller", Duration::from_secs(60), || async {
-        deployments
-            .get_opt("fireworksapps-v2-0-0-controller")
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
     let (controller, _cache) = fixture
-        .run_controller("fireworksapps-v2-0-0-controller", &[])
+        .run_controller_once_deployed("fireworksapps-v2-0-0-controller")
         .await;
     let definitions = fixture.definitions();
     support::eventually(
@@ -1682,6 +1654,19 @@ impl Fixture {
         args.extend_from_slice(extra);
         let process = support::run_deployment(&self.client, &self.namespace, name, &args).await;
         (process, cache)
+    }
+
+    /// Runs controller Deployment `name` once the operator has made it.
+    async fn run_controller_once_deployed(
+        &self,
+        name: &str,
+    ) -> (support::Process, tempfile::TempDir) {
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), &self.namespace);
+        support::eventually(name, Duration::from_secs(60), || async {
+            deployments.get_opt(name).await.unwrap().is_some()
+        })
+        .await;
+        self.run_controller(name, &[]).await
     }
 
     /// Waits until Helm's record of `revision` of `release` has `status`.
