@@ -370,7 +370,7 @@ async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights()
         &apps,
         &beta,
         "refused",
-        |s| s["phase"] == "Failed",
+        |s| !reason_of(s, "Stalled").is_empty(),
         &controller,
     )
     .await;
@@ -609,7 +609,7 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
         &tenants,
         &renamed,
         "refused",
-        |s| s["phase"] == "Failed",
+        |s| !reason_of(s, "Stalled").is_empty(),
         &controller,
     )
     .await;
