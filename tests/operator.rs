@@ -1124,7 +1124,53 @@ async fn a_breaking_chart_version_leaves_compositions_where_they_are_until_their
     .await;
     assert_eq!(status["clusters"][0]["revision"], 2, "{status}");
 
-    // bravo's values do not fit 2.0.0: it stays on 1.1.5, with its controller.
+    // bravo's values do not fit 2.0.0: its owner's move is handed back, with the reason, and
+    // its release is left as it was.
+    let move_bravo = json!({"metadata": {"labels": {"compositor.dev/version": "v2-0-0"}}});
+    old.patch("bravo", &PatchParams::default(), &Patch::Merge(move_bravo))
+        .await
+        .expect("move bravo");
+    support::eventually("bravo handed back", Duration::from_secs(60), || async {
+        let bravo = old.get("bravo").await.unwrap();
+        bravo
+            .labels()
+            .get("compositor.dev/version")
+            .map(String::as_str)
+            == Some("v1-1-5")
+            && bravo
+                .annotations()
+                .get("compositor.dev/move-refused-by")
+                .map(String::as_str)
+                == Some("v2-0-0")
+    })
+    .await;
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(fixture.client.clone(), &team);
+    let refused: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MoveRefused"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|note| note.contains("port") && note.contains("handed back to v1-1-5")),
+        "{refused:?}"
+    );
+    let helm = support::Helm::new();
+    let bravo: Value =
+        serde_json::from_str(&helm.ok(&["status", "bravo", "-n", &team, "-o", "json"], None))
+            .unwrap();
+    assert_eq!(
+        (bravo["version"].as_i64(), bravo["info"]["status"].as_str()),
+        (Some(1), Some("deployed"))
+    );
+
+    // So it stays on 1.1.5, with its controller.
     assert!(
         deployments
             .get_opt("fireworksapps-v1-1-5-controller")

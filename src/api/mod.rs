@@ -40,6 +40,9 @@ pub const NAMESPACE_OWNER_ANNOTATION: &str = "compositor.dev/created-for";
 /// Annotation the operator sets on a composition to ask its controller to hand it over to
 /// another version (the value); the controller does so by relabelling it.
 pub const MOVE_ANNOTATION: &str = "compositor.dev/move-to";
+/// Annotation a controller sets on a composition it handed back because its values do not fit
+/// its chart: the version that refused it, which the operator then does not ask it to move to.
+pub const MOVE_REFUSED_ANNOTATION: &str = "compositor.dev/move-refused-by";
 /// Finalizer on definitions and compositions.
 pub const FINALIZER: &str = "compositor.dev/finalizer";
 

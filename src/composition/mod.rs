@@ -6,6 +6,7 @@
 //! release stuck mid-operation → `helm upgrade --install` → status.
 
 mod access;
+mod handover;
 mod kubeconfig;
 mod values;
 
@@ -390,7 +391,8 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
         && object.metadata.deletion_timestamp.is_none()
         && !is_paused(&object.metadata)
     {
-        hand_over(context, &api, &object, target).await?;
+        let note = format!("handed over from {mine} to {target}");
+        handover::relabel(context, &api, &object, target, false, &note).await?;
         return Ok(Action::await_change());
     }
     if is_paused(&object.metadata) {
@@ -431,31 +433,6 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
         | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
         other => Error::Finalizer(Box::new(other)),
     })
-}
-
-/// Hands a composition over to the controller of `target`, as the operator asked: this
-/// controller handles one reconcile of an object at a time, so none of its Helm calls for it
-/// runs any more, and from the relabel on only the other controller writes the release.
-async fn hand_over(
-    context: &Context,
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
-    target: &str,
-) -> Result<(), Error> {
-    let relabel = json!({"metadata": {
-        "labels": {VERSION_LABEL: target},
-        "annotations": {MOVE_ANNOTATION: null},
-    }});
-    api.patch(
-        &object.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(relabel),
-    )
-    .await
-    .map_err(|e| Error::Kube("hand over the composition", e))?;
-    let note = format!("handed over from {} to {target}", context.config.version);
-    publish(context, object, EventType::Normal, "Moved", &note).await;
-    Ok(())
 }
 
 fn status_of(object: &DynamicObject) -> CompositionStatus {
@@ -519,6 +496,11 @@ async fn apply(
     context: &Context,
     api: &Api<DynamicObject>,
 ) -> Result<Action, Error> {
+    if let Some(refusal) = handover::refused_move(object, definition, context).await? {
+        let note = refusal.to_string();
+        handover::relabel(context, api, object, &refusal.back_to, true, &note).await?;
+        return Ok(Action::await_change());
+    }
     let mut writer = StatusWriter::new(api, object);
     let mut status = writer.written.clone();
     let result = install(object, definition, context, &mut writer, &mut status).await;

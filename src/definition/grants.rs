@@ -12,8 +12,8 @@ use serde_json::json;
 
 use super::{Error, objects};
 use crate::api::{
-    MOVE_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION,
-    VERSION_LABEL,
+    MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
+    RELEASE_NAME_ANNOTATION, VERSION_LABEL,
 };
 use crate::bundle::ReleasePlace;
 use crate::crd::Names;
@@ -33,6 +33,8 @@ pub struct CompositionUse {
     pub deleting: bool,
     /// The version it was asked to move to, if any.
     pub move_to: Option<String>,
+    /// The version that refused it, if any.
+    pub move_refused_by: Option<String>,
     /// Whether its owner paused it (it then stays where it is).
     pub paused: bool,
 }
@@ -52,6 +54,9 @@ impl CompositionUse {
 pub struct VersionUse {
     /// Every composition of the version.
     pub compositions: BTreeSet<CompositionUse>,
+    /// Compositions that moved away but whose release the new version has not taken over yet:
+    /// until it has, they may come back (a refused move), so the version stays.
+    pub settling: usize,
 }
 
 impl VersionUse {
@@ -81,8 +86,9 @@ pub async fn list_compositions(
         &GroupVersionKind::gvk(&names.group, current, &names.kind),
         &names.plural,
     );
+    // Whole objects: the status says which chart each release runs.
     let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .list_metadata(&ListParams::default())
+        .list(&ListParams::default())
         .await
         .map_err(|e| Error::Kube("list compositions", e))?;
     let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
@@ -92,6 +98,12 @@ pub async fn list_compositions(
             .get(VERSION_LABEL)
             .cloned()
             .unwrap_or_else(|| current.to_string());
+        let installed = item.data["status"]["chart"]["version"].as_str();
+        if let Some(installed_version) = installed.and_then(|v| crate::crd::version_name(v).ok())
+            && installed_version != version
+        {
+            by_version.entry(installed_version).or_default().settling += 1;
+        }
         let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
         let release =
             crate::composition::release_name(annotation.map(String::as_str), &item.name_any());
@@ -106,6 +118,7 @@ pub async fn list_compositions(
                 uid: item.uid().unwrap_or_default(),
                 deleting: item.metadata.deletion_timestamp.is_some(),
                 move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
+                move_refused_by: item.annotations().get(MOVE_REFUSED_ANNOTATION).cloned(),
                 paused: crate::api::is_paused(&item.metadata),
             });
     }

@@ -641,8 +641,9 @@ async fn follow_current_version(
     live_crd: &CustomResourceDefinition,
 ) -> Result<bool, Error> {
     let moving = moves::hand_over(&context.client, names, current, compositions, breaks).await?;
-    if moving > 0 || compositions.keys().any(|version| version != current) {
-        return Ok(moving > 0);
+    let settling = compositions.values().any(|used| used.settling > 0);
+    if moving > 0 || settling || compositions.keys().any(|version| version != current) {
+        return Ok(moving > 0 || settling);
     }
     // The watch must not read through a version about to go.
     context.move_watch(definition, names, current);

@@ -6,7 +6,8 @@
 //! call of the old controller can still be running when the new one takes over, and the two
 //! never write one release at once. The new controller then upgrades the release in place.
 //! Only compositions whose version's schema the current one accepts are moved; the others stay
-//! with their controller until their owner moves them.
+//! with their controller until their owner moves them. A composition the new controller handed
+//! back (its values do not fit the new chart) is not asked again.
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,107 @@
+//! Compositions changing hands between the controllers of two versions. A controller hands a
+//! composition over by relabelling it, in a reconcile of its own, so none of its Helm calls
+//! for it can still be running. It does so when the operator asks (a compatible chart version),
+//! and it hands back a composition its owner moved to it whose values its chart refuses, so
+//! the release is neither touched nor left without a controller.
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use super::{Context, Error, fetch_chart, merged_over, publish, status_of, values_of};
+use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, VERSION_LABEL};
+use crate::schema;
+
+/// A move this controller refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The version the composition came from, and goes back to.
+    pub back_to: String,
+    /// This version's chart.
+    pub chart: String,
+    /// Every path its schema refuses.
+    pub violations: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "values do not match chart {}'s schema ({}); handed back to {}",
+            self.chart, self.violations, self.back_to
+        )
+    }
+}
+
+/// Labels `object` for the controller of `target` (and drops a pending move request), with an
+/// event saying `note`. A refused move is recorded on the object, so that the operator does not
+/// ask for it again; its owner removes the annotation to try again.
+pub async fn relabel(
+    context: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    target: &str,
+    refused: bool,
+    note: &str,
+) -> Result<(), Error> {
+    let refused_here = refused.then(|| context.config.version.clone());
+    let relabel = json!({"metadata": {
+        "labels": {VERSION_LABEL: target},
+        "annotations": {MOVE_ANNOTATION: null, MOVE_REFUSED_ANNOTATION: refused_here},
+    }});
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(relabel),
+    )
+    .await
+    .map_err(|e| Error::Kube("hand over the composition", e))?;
+    let (type_, reason) = match refused {
+        false => (EventType::Normal, "Moved"),
+        true => (EventType::Warning, "MoveRefused"),
+    };
+    publish(context, object, type_, reason, note).await;
+    Ok(())
+}
+
+/// Whether `object` was moved here from a version still served, with values this version's
+/// chart refuses: then it goes back rather than stall here.
+pub async fn refused_move(
+    object: &DynamicObject,
+    definition: &CompositionDefinition,
+    context: &Context,
+) -> Result<Option<Refusal>, Error> {
+    let mine = &context.config.version;
+    let Some(installed) = status_of(object).chart.map(|chart| chart.version) else {
+        return Ok(None);
+    };
+    let versions = definition
+        .status
+        .as_ref()
+        .map(|s| s.versions.clone())
+        .unwrap_or_default();
+    let came_from = versions
+        .iter()
+        .find(|v| v.chart_version == installed && &v.version != mine);
+    let (Some(came_from), Some(here)) = (came_from, versions.iter().find(|v| &v.version == mine))
+    else {
+        return Ok(None);
+    };
+    let fetched = fetch_chart(definition, context).await?;
+    let values = values_of(object.data.get("spec"));
+    let violations = schema::validate_package(
+        &merged_over(&fetched.package.values, &values),
+        &fetched.package,
+    )?;
+    if violations.is_empty() {
+        return Ok(None);
+    }
+    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    Ok(Some(Refusal {
+        back_to: came_from.version.clone(),
+        chart: here.chart_version.clone(),
+        violations: listed.join("; "),
+    }))
+}
