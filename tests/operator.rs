@@ -848,43 +848,17 @@ async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() 
 #[tokio::test]
 async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_version() {
     let fixture = Fixture::new("op-upgrade").await;
-    fixture.apply_fireworksapp("1.1.5").await;
-    fixture
-        .wait_condition("fireworksapp", "Ready", "True")
-        .await;
-    let (old_controller, _old_cache) = fixture
-        .run_controller("fireworksapps-v1-1-5-controller", &[])
-        .await;
-    let team = support::namespace(&fixture.client, "op-upgrade-team").await;
-    let compositions = fixture.compositions("v1-1-5", &team);
     let names = ["acme", "bravo", "charlie"];
-    for name in names {
-        let composition: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{}/v1-1-5", fixture.group), "kind": "FireworksApp",
-            "metadata": {"name": name}, "spec": {"git": {"repository": name}}
-        }))
-        .unwrap();
-        compositions
-            .create(&PostParams::default(), &composition)
-            .await
-            .expect("composition");
-    }
+    let (old_controller, _old_cache, team, compositions) =
+        fixture.ready_at_1_1_5("op-upgrade-team", &names).await;
     let helm = support::Helm::new();
     let release = |name: &str| -> Value {
         serde_json::from_str(&helm.ok(&["status", name, "-n", &team, "-o", "json"], None)).unwrap()
     };
-    let mut first_deployed = Vec::new();
-    for name in names {
-        wait_composition(
-            &compositions,
-            name,
-            "Ready",
-            phase_is("Ready"),
-            &old_controller,
-        )
-        .await;
-        first_deployed.push(release(name)["info"]["first_deployed"].clone());
-    }
+    let first_deployed: Vec<Value> = names
+        .iter()
+        .map(|name| release(name)["info"]["first_deployed"].clone())
+        .collect();
 
     // `kubectl patch` of the chart version: the new version comes up, every composition moves.
     fixture.apply_fireworksapp("1.1.6").await;
@@ -1004,21 +978,74 @@ async fn a_compatible_chart_version_moves_every_composition_and_retires_the_old_
         assert_eq!(status["clusters"][0]["revision"], 3, "{status}");
     }
     drop(controller);
-    for name in names {
-        compositions
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    support::eventually("compositions gone", Duration::from_secs(60), || async {
-        compositions
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+    delete_all(&compositions, &names).await;
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_move_resumes_it_with_nothing_lost_or_reinstalled() {
+    let mut fixture = Fixture::new("op-killed").await;
+    let names = ["acme", "bravo", "charlie"];
+    let (old_controller, _old_cache, team, compositions) =
+        fixture.ready_at_1_1_5("op-killed-team", &names).await;
+
+    // The operator dies as soon as it has asked for the move; the old controller hands over
+    // meanwhile, with no operator to grant the new controller anything.
+    fixture.apply_fireworksapp("1.1.6").await;
+    support::eventually("a move asked for", Duration::from_secs(60), || async {
+        let listed = compositions.list(&ListParams::default()).await.unwrap();
+        listed.items.iter().any(|c| {
+            c.annotations().contains_key("compositor.dev/move-to")
+                || c.labels().get("compositor.dev/version").map(String::as_str) == Some("v1-1-6")
+        })
     })
     .await;
+    fixture.operator.crash();
+    let (controller, _cache) = fixture
+        .run_controller_once_deployed("fireworksapps-v1-1-6-controller")
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fixture.operator = support::Process::operator(&fixture.namespace);
+
+    let moved = fixture.compositions("v1-1-6", &team);
+    let helm = support::Helm::new();
+    for name in names {
+        wait_composition(
+            &moved,
+            name,
+            "moved to 1.1.6",
+            |s| s["chart"]["version"] == "1.1.6" && s["phase"] == "Ready",
+            &controller,
+        )
+        .await;
+        let history: Value =
+            serde_json::from_str(&helm.ok(&["history", name, "-n", &team, "-o", "json"], None))
+                .unwrap();
+        let statuses: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            statuses,
+            ["superseded", "deployed"],
+            "{name}: one upgrade, no reinstall"
+        );
+    }
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    let crd_name = format!("fireworksapps.{}", fixture.group);
+    support::eventually("v1-1-5 retired", Duration::from_secs(120), || async {
+        let crd = crds.get(&crd_name).await.unwrap();
+        crd.spec
+            .versions
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>()
+            == ["v1-1-6"]
+    })
+    .await;
+    drop(old_controller);
+    delete_all(&moved, &names).await;
 }
 
 #[tokio::test]
@@ -1369,6 +1396,25 @@ async fn orphan_deletion_keeps_compositions_and_the_crd() {
     );
 }
 
+/// Deletes the compositions `names` and waits until they are gone.
+async fn delete_all(compositions: &Api<DynamicObject>, names: &[&str]) {
+    for name in names {
+        compositions
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    support::eventually("compositions gone", Duration::from_secs(60), || async {
+        compositions
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+}
+
 /// The composition's status, once `ready` says it is what the test waits for.
 async fn wait_composition(
     compositions: &Api<DynamicObject>,
@@ -1695,6 +1741,37 @@ impl Fixture {
         args.extend_from_slice(extra);
         let process = support::run_deployment(&self.client, &self.namespace, name, &args).await;
         (process, cache)
+    }
+
+    /// Brings `fireworksapp` up at chart 1.1.5 with its controller running, and one Ready
+    /// composition per name in the new namespace `team`.
+    async fn ready_at_1_1_5(
+        &self,
+        team: &str,
+        names: &[&str],
+    ) -> (
+        support::Process,
+        tempfile::TempDir,
+        String,
+        Api<DynamicObject>,
+    ) {
+        self.apply_fireworksapp("1.1.5").await;
+        self.wait_condition("fireworksapp", "Ready", "True").await;
+        let (controller, cache) = self
+            .run_controller("fireworksapps-v1-1-5-controller", &[])
+            .await;
+        let team = support::namespace(&self.client, team).await;
+        let compositions = self.compositions("v1-1-5", &team);
+        for name in names {
+            compositions
+                .create(&PostParams::default(), &self.fireworksapp(name, name))
+                .await
+                .expect("composition");
+        }
+        for name in names {
+            wait_composition(&compositions, name, "Ready", phase_is("Ready"), &controller).await;
+        }
+        (controller, cache, team, compositions)
     }
 
     /// Runs controller Deployment `name` once the operator has made it.
