@@ -124,7 +124,7 @@ control_plane() {
     --authorization-mode RBAC --endpoint-reconciler-type none \
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range 10.0.0.0/24 --cert-dir "$DIR/apiserver"
+    --service-cluster-ip-range 10.0.0.0/16 --cert-dir "$DIR/apiserver"
   local server="https://127.0.0.1:$api_port"
   write_kubeconfig "$DIR/kubeconfig" "$server" "$admin_token"
   write_kubeconfig "$DIR/kcm.kubeconfig" "$server" "$kcm_token"

@@ -58,6 +58,7 @@ pub async fn relabel(
     )
     .await
     .map_err(|e| Error::Kube("hand over the composition", e))?;
+    tracing::info!(composition = %object.name_any(), to = target, refused, "handed over");
     let (type_, reason) = match refused {
         false => (EventType::Normal, "Moved"),
         true => (EventType::Warning, "MoveRefused"),

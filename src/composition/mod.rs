@@ -280,11 +280,12 @@ pub async fn run(
     let writer = reflector::store::Writer::new(context.resource.clone());
     let reader = writer.as_reader();
     let changes = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::runtime::watch_backoff())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(asked_for, PredicateConfig::default());
     Controller::for_stream_with(changes, reader, context.resource.clone())
+        .trigger_backoff(crate::runtime::watch_backoff())
         .with_config(
             kube::runtime::controller::Config::default().concurrency(context.config.workers),
         )

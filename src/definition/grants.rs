@@ -3,6 +3,7 @@
 //! namespace that cannot be granted yet never holds back the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, PostParams};
@@ -17,6 +18,10 @@ use crate::api::{
 };
 use crate::bundle::ReleasePlace;
 use crate::crd::Names;
+
+/// How often, and how many times, a version not served yet is looked for again.
+const SERVE_POLL: Duration = Duration::from_millis(100);
+const SERVE_ATTEMPTS: u32 = 50;
 
 /// One composition, as far as granting its controller goes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,10 +92,21 @@ pub async fn list_compositions(
         &names.plural,
     );
     // Whole objects: the status says which chart each release runs.
-    let listed = Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::Kube("list compositions", e))?;
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    // A version just added to an established CRD is served a moment later.
+    let mut attempts = 0;
+    let listed = loop {
+        match api.list(&ListParams::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 && attempts < SERVE_ATTEMPTS => {
+                attempts += 1;
+                tokio::time::sleep(SERVE_POLL).await;
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Err(Error::Waiting("the CRD's new version to be served"));
+            }
+            listed => break listed.map_err(|e| Error::Kube("list compositions", e))?,
+        }
+    };
     let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
     for item in listed.items {
         let version = item

@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::Error;
-use super::grants::VersionUse;
+use super::grants::{CompositionUse, VersionUse};
 use crate::api::MOVE_ANNOTATION;
 use crate::crd::{self, Names};
 
@@ -51,41 +51,49 @@ pub async fn hand_over(
 ) -> Result<usize, Error> {
     let resource = resource(names, current);
     let mut moving = 0;
-    for (version, used) in compositions {
-        let compatible = breaks.get(version).is_some_and(Vec::is_empty);
-        if version == current || !compatible {
+    for composition in movable(compositions, breaks, current) {
+        moving += 1;
+        if composition.move_to.as_deref() == Some(current) {
             continue;
         }
-        for composition in used
-            .compositions
-            .iter()
-            .filter(|c| !c.deleting && !c.paused)
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &composition.namespace,
+            &resource,
+        );
+        let ask = json!({"metadata": {"annotations": {MOVE_ANNOTATION: current}}});
+        match api
+            .patch(
+                &composition.name,
+                &PatchParams::default(),
+                &Patch::Merge(ask),
+            )
+            .await
         {
-            moving += 1;
-            if composition.move_to.as_deref() == Some(current) {
-                continue;
+            Ok(_) => {
+                tracing::info!(composition = %composition.name, namespace = %composition.namespace, to = current, "asked to move");
             }
-            let api = Api::<DynamicObject>::namespaced_with(
-                client.clone(),
-                &composition.namespace,
-                &resource,
-            );
-            let ask = json!({"metadata": {"annotations": {MOVE_ANNOTATION: current}}});
-            match api
-                .patch(
-                    &composition.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(ask),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(error) => return Err(Error::Kube("ask a composition to move", error)),
-            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(Error::Kube("ask a composition to move", error)),
         }
     }
     Ok(moving)
+}
+
+/// The compositions of compatible older versions that move to `current`: the new controller is
+/// granted their releases before they arrive, so that it can take each over at once.
+pub fn movable<'a>(
+    compositions: &'a BTreeMap<String, VersionUse>,
+    breaks: &'a BTreeMap<String, Vec<String>>,
+    current: &'a str,
+) -> impl Iterator<Item = &'a CompositionUse> {
+    compositions
+        .iter()
+        .filter(move |(version, _)| {
+            *version != current && breaks.get(*version).is_some_and(Vec::is_empty)
+        })
+        .flat_map(|(_, used)| &used.compositions)
+        .filter(move |c| !c.deleting && !c.paused && c.move_refused_by.as_deref() != Some(current))
 }
 
 /// Once every composition is on `current`: rewrites each (so all are stored at `current`, with
@@ -152,4 +160,88 @@ fn resource(names: &Names, version: &str) -> ApiResource {
         &GroupVersionKind::gvk(&names.group, version, &names.kind),
         &names.plural,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn composition(name: &str) -> CompositionUse {
+        CompositionUse {
+            namespace: "team".into(),
+            name: name.into(),
+            release: Some(name.into()),
+            uid: format!("uid-{name}"),
+            deleting: false,
+            move_to: None,
+            move_refused_by: None,
+            paused: false,
+        }
+    }
+
+    fn moved(
+        compositions: &BTreeMap<String, VersionUse>,
+        breaks: &[(&str, &[&str])],
+    ) -> Vec<String> {
+        let breaks = breaks
+            .iter()
+            .map(|(v, b)| (v.to_string(), b.iter().map(ToString::to_string).collect()))
+            .collect();
+        movable(compositions, &breaks, "v2")
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn only_settled_compositions_of_compatible_older_versions_move() {
+        let mut compositions: BTreeMap<String, VersionUse> = BTreeMap::new();
+        let mut add = |version: &str, composition: CompositionUse| {
+            let used = compositions.entry(version.to_string()).or_default();
+            used.compositions.insert(composition);
+        };
+        add("v1", composition("plain"));
+        add(
+            "v1",
+            CompositionUse {
+                deleting: true,
+                ..composition("deleting")
+            },
+        );
+        add(
+            "v1",
+            CompositionUse {
+                paused: true,
+                ..composition("paused")
+            },
+        );
+        let refused = Some("v2".to_string());
+        add(
+            "v1",
+            CompositionUse {
+                move_refused_by: refused,
+                ..composition("refused")
+            },
+        );
+        let elsewhere = Some("v3".to_string());
+        add(
+            "v1",
+            CompositionUse {
+                move_refused_by: elsewhere,
+                ..composition("refused-by-v3")
+            },
+        );
+        add("v0", composition("breaking"));
+        add("v2", composition("current"));
+
+        let breaks: &[(&str, &[&str])] = &[
+            ("v0", &["spec.port: type integer → string"]),
+            ("v1", &[]),
+            ("v2", &[]),
+        ];
+        assert_eq!(moved(&compositions, breaks), ["plain", "refused-by-v3"]);
+        assert!(
+            moved(&compositions, &[]).is_empty(),
+            "unknown compatibility moves nothing"
+        );
+    }
 }

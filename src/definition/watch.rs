@@ -34,7 +34,7 @@ pub fn spawn(
         // A restarted watch lists everything again; deletions in between show as a difference.
         let mut relisted: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
         let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::runtime::watch_backoff())
             .boxed();
         while let Some(event) = events.next().await {
             let key = |meta: &PartialObjectMeta<DynamicObject>| {

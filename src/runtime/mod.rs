@@ -10,11 +10,29 @@ pub use text::{error_message, shorten};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::ExponentialBackoff;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+
+/// The backoff of every watch. A CRD gaining or losing a version ends the watches on it, and
+/// the re-list that follows should come within a tenth of a second rather than after kube's
+/// default 0.8 s, since a version move waits on it; a failing apiserver still gets
+/// exponentially fewer attempts, down to one every 30 s.
+pub fn watch_backoff() -> impl Backoff {
+    let attempts = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(30))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(ExponentialBackoff::from(attempts), Duration::from_secs(120))
+}
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
