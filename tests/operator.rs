@@ -1171,17 +1171,7 @@ async fn a_breaking_chart_version_leaves_compositions_where_they_are_until_their
                 == Some("v2-0-0")
     })
     .await;
-    let events =
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(fixture.client.clone(), &team);
-    let refused: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("MoveRefused"))
-        .filter_map(|e| e.note)
-        .collect();
+    let refused = event_notes(&fixture.client, &team, "MoveRefused").await;
     assert!(
         refused
             .iter()
@@ -1231,6 +1221,108 @@ async fn a_breaking_chart_version_leaves_compositions_where_they_are_until_their
             .is_empty()
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_version_range_follows_a_newer_release_and_says_so() {
+    let mut fixture = Fixture::new("op-range").await;
+    let cache = std::env::temp_dir().join(support::unique("chart-cache"));
+    // Version listings trusted for 1 s and a resync every 2 s, so the newer release is seen soon.
+    fixture.operator = support::Process::start(&[
+        "run",
+        "--namespace",
+        &fixture.namespace,
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--controller-image",
+        "compositor:test",
+        "--chart-poll-seconds",
+        "1",
+        "--resync-seconds",
+        "2",
+    ]);
+    let name = format!("range-{}", support::unique("c"));
+    let release = |version: &str| {
+        publish_indexed(
+            &name,
+            &[
+                (
+                    "Chart.yaml",
+                    &format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
+                ),
+                (
+                    "templates/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\n",
+                ),
+            ],
+        )
+    };
+    release("0.1.0");
+    let chart = json!({"repo": name, "version": "~0.1"});
+    fixture.apply_definition("ranged", chart).await;
+    fixture.wait_condition("ranged", "Ready", "True").await;
+
+    release("0.1.1");
+    let definitions = fixture.definitions();
+    support::eventually(
+        "the range resolves to 0.1.1",
+        Duration::from_secs(60),
+        || async {
+            let definition = definitions.get("ranged").await.unwrap();
+            let status = definition.status.unwrap_or_default();
+            status.chart.is_some_and(|c| c.version == "0.1.1")
+                && status.crd.is_some_and(|crd| crd.stored_version == "v0-1-1")
+        },
+    )
+    .await;
+    let changes = event_notes(&fixture.client, &fixture.namespace, "ChartVersionChanged").await;
+    assert_eq!(
+        changes,
+        [r#"chart version 0.1.0 → 0.1.1 (spec.chart.version "~0.1")"#],
+        "one event for the bump, none for the resyncs around it"
+    );
+}
+
+/// The notes of the events with `reason` in `namespace`.
+async fn event_notes(client: &Client, namespace: &str, reason: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// Packages a chart written by the test into the test bed's repository and adds it to the
+/// repository's index, which is replaced whole so that no reader sees half of it.
+fn publish_indexed(name: &str, files: &[(&str, &str)]) {
+    let testbed = std::path::Path::new(&support::env("TESTBED_DIR")).to_path_buf();
+    let staging = tempfile::tempdir_in(&testbed).unwrap();
+    let source = staging.path().join("source").join(name);
+    for (path, content) in files {
+        let file = source.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+    let packaged = staging.path().join("packaged");
+    let helm = support::Helm::new();
+    let dir = |path: &std::path::Path| path.to_str().unwrap().to_string();
+    helm.ok(&["package", &dir(&source), "-d", &dir(&packaged)], None);
+    let repo = testbed.join("repo");
+    let index = dir(&repo.join("index.yaml"));
+    helm.ok(&["repo", "index", &dir(&packaged), "--merge", &index], None);
+    for entry in std::fs::read_dir(&packaged).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "tgz") {
+            std::fs::copy(&path, repo.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::rename(packaged.join("index.yaml"), repo.join("index.yaml")).unwrap();
 }
 
 /// Packages a chart written by the test into the test bed's repository directory; returns its URL.

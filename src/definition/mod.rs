@@ -547,7 +547,12 @@ async fn converge(
             fetch(definition, context, Some(chart_version.clone())).await?
         };
         let footprint = chart_footprint(context, &chart).await;
-        let used = compositions.get(version).cloned().unwrap_or_default();
+        let mut used = compositions.get(version).cloned().unwrap_or_default();
+        let count = used.compositions.len() as i64;
+        if *version == current_version {
+            let arriving = moves::movable(&compositions, &breaks, &current_version);
+            used.compositions.extend(arriving.cloned());
+        }
         let mut version_warnings = footprint.warnings.clone();
         if placement == NamespacePlacement::CompositionName {
             version_warnings
@@ -581,7 +586,7 @@ async fn converge(
             version: version.clone(),
             chart_version: chart_version.clone(),
             controller: controller.name(),
-            compositions: used.compositions.len() as i64,
+            compositions: count,
             compatible: breaks.get(version).is_some_and(Vec::is_empty),
             breaks: breaks.get(version).cloned().unwrap_or_default(),
             footprint: Some(footprint.footprint.summary()),
@@ -870,13 +875,24 @@ async fn write_status(
     Ok(())
 }
 
-/// Publishes an event when Ready changes status or reason, never on a plain resync.
+/// Publishes an event when Ready changes status or reason, and when the resolved chart version
+/// changes (a patch, or a range that now resolves to a newer release); never on a plain resync.
 async fn publish_transition(
     context: &Context,
     definition: &CompositionDefinition,
     before: &CompositionDefinitionStatus,
     after: &CompositionDefinitionStatus,
 ) {
+    if let Some(note) = chart_version_change(definition, before, after) {
+        publish(
+            context,
+            definition,
+            EventType::Normal,
+            "ChartVersionChanged",
+            note,
+        )
+        .await;
+    }
     let old =
         find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
     let Some(new) = find_condition(&after.conditions, "Ready") else {
@@ -885,14 +901,45 @@ async fn publish_transition(
     if old == Some((new.status.clone(), new.reason.clone())) {
         return;
     }
+    let type_ = if new.status == "True" {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    };
+    let note = new.message.chars().take(1000).collect();
+    publish(context, definition, type_, &new.reason, note).await;
+}
+
+/// What an event says when the resolved chart version moved, naming what was asked for.
+fn chart_version_change(
+    definition: &CompositionDefinition,
+    before: &CompositionDefinitionStatus,
+    after: &CompositionDefinitionStatus,
+) -> Option<String> {
+    let (Some(old), Some(new)) = (&before.chart, &after.chart) else {
+        return None;
+    };
+    if old.version == new.version {
+        return None;
+    }
+    let asked = definition.spec.chart.version.as_deref().unwrap_or("latest");
+    Some(format!(
+        "chart version {} → {} (spec.chart.version {asked:?})",
+        old.version, new.version
+    ))
+}
+
+async fn publish(
+    context: &Context,
+    definition: &CompositionDefinition,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event = KubeEvent {
-        type_: if new.status == "True" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
-        reason: new.reason.clone(),
-        note: Some(new.message.chars().take(1000).collect()),
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
         action: "Reconcile".into(),
         secondary: None,
     };
