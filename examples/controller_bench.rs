@@ -20,19 +20,17 @@
 
 mod bench_support;
 
-use std::collections::BTreeMap;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use bench_support::{
     CHART, CHART_VERSION, Counts, Error, Process, Samples, TestBed, definition_ready, delta,
-    describe, env, met, ratio, secs, sum,
+    describe, met, ratio, secs, sum, times_until,
 };
 use compositor::api::CompositionDefinition;
 
@@ -45,8 +43,6 @@ const VERSION: &str = "v1-1-5";
 const KIND: &str = "FireworksApp";
 const PLURAL: &str = "fireworksapps";
 const CONTROLLER: &str = "fireworksapps-v1-1-5-controller";
-/// How often readiness is polled while timed.
-const POLL: Duration = Duration::from_millis(100);
 /// How long the definition may take to become Ready.
 const DEFINITION_LIMIT: Duration = Duration::from_secs(180);
 /// How long all compositions may take to become Ready.
@@ -86,7 +82,11 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         secs(apply.all),
         describe(&apply.calls)
     );
-    let baseline = helm_installs(bed, &bed.namespace("helm").await?).await?;
+    let names: Vec<String> = (0..COUNT).map(release).collect();
+    let helm_namespace = bed.namespace("helm").await?;
+    let baseline = bed
+        .helm_each("install", &helm_namespace, &names, &bed.chart, values)
+        .await?;
     eprintln!("baseline: {COUNT} helm installs in {}", secs(baseline));
     let resync = idle_resync(bed, &compositions, &mut controller).await?;
     let figures = Figures {
@@ -174,7 +174,7 @@ async fn wait_definition(
     group: &str,
 ) -> Result<(), Error> {
     const NAME: &str = "fireworksapp";
-    bed.apply_definition(namespace, NAME, json!({"group": group}))
+    bed.apply_definition(namespace, NAME, json!({"group": group}), CHART_VERSION)
         .await?;
     let definitions = Api::<CompositionDefinition>::namespaced(bed.client.clone(), namespace);
     let start = Instant::now();
@@ -234,7 +234,10 @@ async fn create_all(
     let start = Instant::now();
     futures::future::try_join_all(objects.iter().map(|o| compositions.create(&params, o))).await?;
     let created = start.elapsed();
-    let times = ready_times(compositions, controller, start).await?;
+    let times = times_until(compositions, COUNT, controller, start, LIMIT, |status| {
+        status["phase"] == "Ready"
+    })
+    .await?;
     let after = helm_calls(&controller.metrics(&bed.http).await?);
     Ok(Apply {
         created,
@@ -244,72 +247,6 @@ async fn create_all(
         calls: delta(&before, &after),
         rss: controller.memory()?.0,
     })
-}
-
-/// When each composition was first seen Ready, from `start`, sorted; waits for all `COUNT`.
-async fn ready_times(
-    compositions: &Api<DynamicObject>,
-    controller: &mut Process,
-    start: Instant,
-) -> Result<Vec<Duration>, Error> {
-    let mut ready_at: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut failed: BTreeMap<String, Value> = BTreeMap::new();
-    while ready_at.len() < COUNT {
-        controller.alive()?;
-        if start.elapsed() > LIMIT {
-            return Err(controller.failure(&format!(
-                "{} of {COUNT} compositions Ready after {LIMIT:?}; failed on the way: {failed:?}",
-                ready_at.len()
-            )));
-        }
-        tokio::time::sleep(POLL).await;
-        let now = start.elapsed();
-        for object in compositions.list(&ListParams::default()).await?.items {
-            let status = &object.data["status"];
-            match status["phase"].as_str() {
-                Some("Ready") => {
-                    ready_at.entry(object.name_any()).or_insert(now);
-                }
-                Some("Failed") => {
-                    failed.insert(object.name_any(), status["conditions"].clone());
-                }
-                _ => {}
-            }
-        }
-    }
-    let mut times: Vec<Duration> = ready_at.into_values().collect();
-    times.sort();
-    Ok(times)
-}
-
-/// `COUNT` sequential `helm install`s of the packaged chart into `namespace`; the total time.
-async fn helm_installs(bed: &TestBed, namespace: &str) -> Result<Duration, Error> {
-    let home = bed.scratch("helm");
-    let values_dir = bed.scratch("values");
-    std::fs::create_dir_all(&values_dir)?;
-    let start = Instant::now();
-    for i in 0..COUNT {
-        let name = release(i);
-        let values_file = values_dir.join(format!("{name}.json"));
-        std::fs::write(&values_file, values(&name).to_string())?;
-        let output = tokio::process::Command::new(env("HELM_BIN")?)
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env("KUBECONFIG", env("KUBECONFIG")?)
-            .args(["install", &name])
-            .arg(&bed.chart)
-            .args(["--namespace", namespace, "--values"])
-            .arg(&values_file)
-            .stdin(Stdio::null())
-            .output()
-            .await?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(format!("helm install {name} failed: {}", stderr.trim()).into());
-        }
-    }
-    Ok(start.elapsed())
 }
 
 /// What one reconcile of every composition with nothing to change did.

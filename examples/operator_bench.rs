@@ -150,7 +150,9 @@ async fn apply_timed(
     let deployments = Api::<Deployment>::namespaced(bed.client.clone(), namespace);
 
     let start = Instant::now();
-    let applied = bed.apply_definition(namespace, name, names).await?;
+    let applied = bed
+        .apply_definition(namespace, name, names, CHART_VERSION)
+        .await?;
     let selector = format!(
         "{DEFINITION_LABEL}={}",
         compositor::bundle::definition_label(&applied)

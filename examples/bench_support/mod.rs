@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
 
@@ -36,6 +36,8 @@ pub const CHART: &str = "fireworks-app";
 pub const CHART_VERSION: &str = "1.1.5";
 /// The field manager of the benches' own writes.
 const MANAGER: &str = "compositor-bench";
+/// How often compositions are polled while timed.
+const POLL: Duration = Duration::from_millis(100);
 /// How long a compositor process may take to answer `/readyz`.
 const START_LIMIT: Duration = Duration::from_secs(60);
 
@@ -94,18 +96,13 @@ impl TestBed {
         if !binary.exists() {
             return Err(format!("{} is missing: build it first", binary.display()).into());
         }
-        let chart =
-            Path::new(&env("COMPOSITOR_TEST_CHARTS")?).join(format!("{CHART}-{CHART_VERSION}.tgz"));
-        if !chart.exists() {
-            return Err(format!("test chart {} is missing", chart.display()).into());
-        }
         let bed = TestBed {
             client: Client::try_default().await?,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(5))
                 .build()?,
             binary,
-            chart,
+            chart: packaged(CHART_VERSION)?,
             prefix: format!("{name}-{}", std::process::id()),
             next: AtomicUsize::new(0),
             scratch: tempfile::Builder::new()
@@ -169,13 +166,14 @@ impl TestBed {
         Ok(name)
     }
 
-    /// Applies definition `name` of fireworks-app in `namespace` with `names` (the CRD group,
-    /// and the plural where two definitions share a namespace).
+    /// Applies definition `name` of fireworks-app `version` in `namespace` with `names` (the CRD
+    /// group, and the plural where two definitions share a namespace).
     pub async fn apply_definition(
         &self,
         namespace: &str,
         name: &str,
         names: Value,
+        version: &str,
     ) -> Result<CompositionDefinition, Error> {
         let definition = json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
@@ -183,7 +181,7 @@ impl TestBed {
             "spec": {
                 "chart": {
                     "url": env("COMPOSITOR_TEST_REPO_URL")?,
-                    "repo": CHART, "version": CHART_VERSION,
+                    "repo": CHART, "version": version,
                     "credentials": {"username": env("COMPOSITOR_TEST_REPO_USERNAME")?,
                                     "passwordRef": {"name": "repo-password", "key": "password"}},
                 },
@@ -301,6 +299,87 @@ impl TestBed {
                 .token,
         )
     }
+    /// Runs `helm VERB NAME CHART --namespace NAMESPACE --values …` for each name in turn, with
+    /// `values(name)`, the admin credentials and Helm homes of its own; the total time.
+    pub async fn helm_each(
+        &self,
+        verb: &str,
+        namespace: &str,
+        names: &[String],
+        chart: &Path,
+        values: impl Fn(&str) -> Value,
+    ) -> Result<Duration, Error> {
+        let home = self.scratch("helm");
+        let values_dir = self.scratch("values");
+        std::fs::create_dir_all(&values_dir)?;
+        let start = Instant::now();
+        for name in names {
+            let values_file = values_dir.join(format!("{namespace}-{name}.json"));
+            std::fs::write(&values_file, values(name).to_string())?;
+            let output = tokio::process::Command::new(env("HELM_BIN")?)
+                .env("HELM_CONFIG_HOME", home.join("config"))
+                .env("HELM_CACHE_HOME", home.join("cache"))
+                .env("HELM_DATA_HOME", home.join("data"))
+                .env("KUBECONFIG", env("KUBECONFIG")?)
+                .args([verb, name])
+                .arg(chart)
+                .args(["--namespace", namespace, "--values"])
+                .arg(&values_file)
+                .stdin(Stdio::null())
+                .output()
+                .await?;
+            if !output.status.success() {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                return Err(format!("helm {verb} {name} failed: {}", stderr.trim()).into());
+            }
+        }
+        Ok(start.elapsed())
+    }
+}
+
+/// The test bed's packaged fireworks-app `version`.
+pub fn packaged(version: &str) -> Result<PathBuf, Error> {
+    let chart = Path::new(&env("COMPOSITOR_TEST_CHARTS")?).join(format!("{CHART}-{version}.tgz"));
+    if !chart.exists() {
+        return Err(format!("test chart {} is missing", chart.display()).into());
+    }
+    Ok(chart)
+}
+
+/// When each of `count` compositions was first seen `done` (given its status), from `start`,
+/// sorted; fails after `limit`, with the conditions of those seen Failed on the way.
+pub async fn times_until(
+    compositions: &Api<DynamicObject>,
+    count: usize,
+    controller: &mut Process,
+    start: Instant,
+    limit: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Vec<Duration>, Error> {
+    let mut done_at: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut failed: BTreeMap<String, Value> = BTreeMap::new();
+    while done_at.len() < count {
+        controller.alive()?;
+        if start.elapsed() > limit {
+            return Err(controller.failure(&format!(
+                "{} of {count} compositions done after {limit:?}; failed on the way: {failed:?}",
+                done_at.len()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+        let now = start.elapsed();
+        for object in compositions.list(&ListParams::default()).await?.items {
+            let status = &object.data["status"];
+            if done(status) {
+                done_at.entry(object.name_any()).or_insert(now);
+            } else if status["phase"] == "Failed" {
+                failed.insert(object.name_any(), status["conditions"].clone());
+            }
+        }
+    }
+    let mut times: Vec<Duration> = done_at.into_values().collect();
+    times.sort();
+    Ok(times)
 }
 
 /// The admin kubeconfig with `token` as its only user, written to `path`.
