@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 
 use crate::chart::{self, Cache, ChartRef, Package};
 use crate::composition;
 use crate::crd::{self, BuildOptions, NameOverrides};
 use crate::definition;
 use crate::helm;
+use crate::runtime::leader::{self, Election, MIN_LEASE_SECONDS};
 use crate::runtime::{self, LogFormat, Metrics, Readiness};
 use crate::schema::ConvertOptions;
 
@@ -182,6 +185,27 @@ pub struct RunArgs {
     /// Debug logging.
     #[arg(long, env = "COMPOSITOR_DEBUG")]
     pub debug: bool,
+    /// Reconcile only while holding a Lease, so that several replicas can run: one leads, the
+    /// others wait (alive and ready, not reconciling) and take over when it goes.
+    #[arg(long, env = "COMPOSITOR_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the leader election Lease; required with --leader-elect (in a pod, set
+    /// POD_NAMESPACE from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", required_if_eq("leader_elect", "true"))]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader election Lease.
+    #[arg(long, default_value = "compositor-operator")]
+    pub leader_election_name: String,
+    /// Seconds a leader's Lease lasts without renewal: the longest a standby waits after its
+    /// leader died. The leader renews a third of it before expiry and stops reconciling
+    /// (exiting with an error) if it cannot.
+    #[arg(
+        long,
+        env = "COMPOSITOR_LEADER_ELECTION_LEASE_SECONDS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(MIN_LEASE_SECONDS..),
+    )]
+    pub leader_election_lease_seconds: u64,
 }
 
 /// `compositor run`: the operator.
@@ -200,8 +224,10 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
         Duration::from_secs(args.chart_poll_seconds),
     )
     .map_err(context("opening the chart cache"))?;
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
+        .map_err(context("reading the Kubernetes configuration"))?;
+    let client = runtime::client(kube_config, metrics.clone())
         .map_err(context("connecting to Kubernetes"))?;
     let config = definition::Config {
         controller_image: args.controller_image,
@@ -210,19 +236,37 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
         concurrency: args.concurrency,
         namespace: args.namespace,
     };
+    let election = args.leader_elect.then(|| leader::Settings {
+        namespace: args.leader_election_namespace.clone().unwrap_or_default(),
+        name: args.leader_election_name.clone(),
+        identity: leader::identity(),
+        lease: Duration::from_secs(args.leader_election_lease_seconds),
+    });
+    let shutdown = shutdown();
     let readiness = Readiness::default();
     let server = tokio::spawn(runtime::serve(
         args.metrics_address,
         metrics.clone(),
         readiness.clone(),
-        runtime::shutdown_signal(),
+        shutdown.clone(),
     ));
+    let election = match election {
+        Some(settings) => Some(
+            Election::start(client.clone(), settings)
+                .await
+                .map_err(context("starting the leader election"))?,
+        ),
+        None => None,
+    };
     let operator = Arc::new(definition::Context::new(
         client, config, engine, cache, metrics,
     ));
     readiness.set(true);
     tracing::info!(address = %args.metrics_address, "operator started");
-    definition::run(operator, runtime::shutdown_signal()).await;
+    reconcile_while_leading(election, shutdown, |shutdown| {
+        definition::run(operator, shutdown)
+    })
+    .await?;
     readiness.set(false);
     server
         .await
@@ -247,6 +291,10 @@ pub struct ControllerArgs {
     /// The definition, as `<namespace>/<name>`.
     #[arg(long, value_parser = parse_definition)]
     pub definition: (String, String),
+    /// Allow the chart source to name Secrets and ConfigMaps in other namespaces than the
+    /// definition's (the operator passes it on when it runs with it).
+    #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
+    pub allow_cross_namespace_refs: bool,
     /// Compositions reconciled at once.
     #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
     pub workers: u16,
@@ -275,6 +323,28 @@ pub struct ControllerArgs {
     /// Debug logging.
     #[arg(long, env = "COMPOSITOR_DEBUG")]
     pub debug: bool,
+    /// Reconcile only while holding a Lease, so that several replicas can run: one leads, the
+    /// others wait (alive and ready, not reconciling) and take over when it goes.
+    #[arg(long, env = "COMPOSITOR_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the leader election Lease (default: the definition's namespace, where the
+    /// operator grants the controller access to its Lease).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader election Lease (default: `<resource>-<version>-controller`, the name
+    /// the operator grants the controller access to).
+    #[arg(long)]
+    pub leader_election_name: Option<String>,
+    /// Seconds a leader's Lease lasts without renewal: the longest a standby waits after its
+    /// leader died. The leader renews a third of it before expiry and stops reconciling
+    /// (exiting with an error) if it cannot.
+    #[arg(
+        long,
+        env = "COMPOSITOR_LEADER_ELECTION_LEASE_SECONDS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(MIN_LEASE_SECONDS..),
+    )]
+    pub leader_election_lease_seconds: u64,
 }
 
 fn parse_definition(text: &str) -> Result<(String, String), String> {
@@ -304,6 +374,18 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         .await
         .map_err(context("reading the Kubernetes configuration"))?;
     let (definition_namespace, definition_name) = args.definition;
+    let election = args.leader_elect.then(|| leader::Settings {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(|| definition_namespace.clone()),
+        name: args
+            .leader_election_name
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}-controller", args.resource, args.version)),
+        identity: leader::identity(),
+        lease: Duration::from_secs(args.leader_election_lease_seconds),
+    });
     let config = composition::Config {
         group: args.group,
         version: args.version,
@@ -312,20 +394,39 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         definition_name,
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
+        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
     };
+    let shutdown = shutdown();
     let readiness = Readiness::default();
     let server = tokio::spawn(runtime::serve(
         args.metrics_address,
         metrics.clone(),
         readiness.clone(),
-        runtime::shutdown_signal(),
+        shutdown.clone(),
     ));
+    let election = match election {
+        Some(settings) => {
+            let client = runtime::client(kube_config.clone(), metrics.clone())
+                .map_err(context("connecting to Kubernetes"))?;
+            Some(
+                Election::start(client, settings)
+                    .await
+                    .map_err(context("starting the leader election"))?,
+            )
+        }
+        None => None,
+    };
+    // Built before leading (it only reads), so that a standby takes over without delay.
     let controller = composition::Context::new(kube_config, config, engine, cache, metrics)
         .await
         .map_err(|error| -> CommandError { format!("starting the controller: {error}").into() })?;
     readiness.set(true);
     tracing::info!(address = %args.metrics_address, "controller started");
-    composition::run(Arc::new(controller), runtime::shutdown_signal()).await;
+    let controller = Arc::new(controller);
+    reconcile_while_leading(election, shutdown, |shutdown| {
+        composition::run(controller, shutdown)
+    })
+    .await?;
     readiness.set(false);
     server
         .await
@@ -333,4 +434,65 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         .map_err(context("serving metrics"))?;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C, in every clone: the metrics server, the election and the
+/// reconciler all stop on the one signal.
+type Shutdown = Shared<BoxFuture<'static, ()>>;
+
+/// The process's shutdown signal. Its handler is installed at once, so a signal that comes
+/// before anything awaits it (while following, say) is not lost.
+fn shutdown() -> Shutdown {
+    let shutdown = runtime::shutdown_signal().boxed().shared();
+    tokio::spawn(shutdown.clone());
+    shutdown
+}
+
+/// Runs the reconciler until `shutdown`: at once without an election; with one, only after
+/// this process acquired the lease, and never after it lost it.
+///
+/// `/readyz` stays ready while following: a standby is healthy, and a rolling update of a
+/// single-replica Deployment would otherwise wait forever for a new pod that cannot lead until
+/// the old one goes. A lost lease ends the process with an error at once (as controller-runtime
+/// does): the reconciler is dropped mid-flight, killing its Helm children, and Kubernetes
+/// restarts the container as a fresh candidate. On shutdown the reconciler finishes first, then
+/// the lease is released so that a standby takes over without waiting for it to expire.
+async fn reconcile_while_leading<F>(
+    election: Option<Election>,
+    shutdown: Shutdown,
+    reconciler: impl FnOnce(Shutdown) -> F,
+) -> Result<(), CommandError>
+where
+    F: std::future::Future<Output = ()>,
+{
+    let Some(mut election) = election else {
+        reconciler(shutdown).await;
+        return Ok(());
+    };
+    let acquired = tokio::select! {
+        acquired = election.acquire() => Some(acquired),
+        () = shutdown.clone() => None,
+    };
+    match acquired {
+        None => {
+            election.release().await;
+            return Ok(());
+        }
+        Some(Err(lost)) => return Err(context("waiting for the leader lease")(lost)),
+        Some(Ok(())) => {}
+    }
+    let lost = tokio::select! {
+        () = reconciler(shutdown) => None,
+        lost = election.lost() => Some(lost),
+    };
+    match lost {
+        None => {
+            election.release().await;
+            Ok(())
+        }
+        Some(lost) => {
+            tracing::error!(error = %lost, "lost the leader lease: stopping at once so that only the new leader writes");
+            Err(context("lost the leader lease")(lost))
+        }
+    }
 }

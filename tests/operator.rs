@@ -28,17 +28,9 @@ struct Fixture {
 impl Fixture {
     async fn new(prefix: &str) -> Self {
         let client = support::client().await;
-        install_crds(&client).await;
+        support::install_crds(&client).await;
         let namespace = support::namespace(&client, prefix).await;
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "repo-password"},
-            "stringData": {"password": support::env("COMPOSITOR_TEST_REPO_PASSWORD")}
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), &namespace)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
+        support::repo_password(&client, &namespace).await;
         let group = format!("{namespace}.compositor.dev");
         let operator = support::Process::operator(&namespace);
         Fixture {
@@ -146,37 +138,6 @@ impl Fixture {
         );
         Api::namespaced_with(self.client.clone(), namespace, &resource)
     }
-}
-
-/// Installs compositor's own CRDs (what the Helm chart does in a real cluster).
-async fn install_crds(client: &Client) {
-    use compositor::api::CompositionDefinition;
-    use kube::CustomResourceExt;
-    let crd = CompositionDefinition::crd();
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("install CRDs");
-    support::eventually(
-        "compositor CRDs established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds
-                .get(CompositionDefinition::crd_name())
-                .await
-                .expect("CRD");
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        },
-    )
-    .await;
 }
 
 fn merge(target: &mut Value, patch: Value) {

@@ -9,12 +9,12 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use compositor::api::{CompositionDefinition, find_condition};
@@ -30,17 +30,9 @@ struct Fixture {
 impl Fixture {
     async fn new(prefix: &str) -> Self {
         let client = support::client().await;
-        apply_crd(&client, CompositionDefinition::crd()).await;
+        support::install_crds(&client).await;
         let namespace = support::namespace(&client, prefix).await;
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "repo-password"},
-            "stringData": {"password": support::env("COMPOSITOR_TEST_REPO_PASSWORD")}
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), &namespace)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
+        support::repo_password(&client, &namespace).await;
         Fixture {
             group: format!("{namespace}.compositor.dev"),
             _operator: support::Process::operator(&namespace),
@@ -115,32 +107,6 @@ impl Fixture {
         ]);
         Client::try_from(config).expect("impersonating client")
     }
-}
-
-async fn apply_crd(client: &Client, crd: CustomResourceDefinition) {
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply CRD");
-    support::eventually(
-        &format!("CRD {} established", crd.name_any()),
-        Duration::from_secs(30),
-        || async {
-            crds.get(&crd.name_any())
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        },
-    )
-    .await;
 }
 
 /// A namespaced CRD that takes any object: all the test bed needs of other projects' kinds.
@@ -267,7 +233,7 @@ async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights()
         ),
     ] {
         for kind in kinds {
-            apply_crd(&fixture.client, any_object_crd(group, version, kind)).await;
+            support::apply_crd(&fixture.client, any_object_crd(group, version, kind)).await;
         }
     }
     ensure_namespace(&fixture.client, "krateo-system").await;

@@ -52,6 +52,9 @@ pub struct Controller {
     pub chart_version: String,
     /// The operator's own image.
     pub image: String,
+    /// Whether the chart source may name Secrets and ConfigMaps in other namespaces (the
+    /// operator's `--allow-cross-namespace-refs`, handed on to the controller).
+    pub allow_cross_namespace_refs: bool,
     /// What the controller may do.
     pub permissions: Permissions,
 }
@@ -72,7 +75,8 @@ pub struct Bundle {
     /// release namespaces), each bound there: release namespaces last, so that a controller that
     /// can read its release records has every other grant already.
     pub namespace_roles: Vec<(Role, RoleBinding)>,
-    /// `get` on the definition and on the credential Secrets the chart reference uses.
+    /// `get` on the definition and on the credential Secrets the chart reference uses, and
+    /// the controller's leader election Lease.
     pub definition_role: Role,
     /// Binds `definition_role` to the ServiceAccount.
     pub definition_role_binding: RoleBinding,
@@ -205,7 +209,7 @@ impl Controller {
             .collect();
         let mut namespace_roles: Vec<(Role, RoleBinding)> = self
             .permissions
-            .namespace_rules()
+            .namespace_rules(&definition.namespace().unwrap_or_default())
             .into_iter()
             .map(|(namespace, rules)| {
                 let metadata = ObjectMeta {
@@ -230,9 +234,14 @@ impl Controller {
         namespace_roles.sort_by_key(|(role, _)| {
             release_namespaces.contains(&role.namespace().unwrap_or_default())
         });
+        let mut definition_rules = self.permissions.definition_rules(
+            &definition.name_any(),
+            &definition.namespace().unwrap_or_default(),
+        );
+        definition_rules.extend(rbac::lease_rules(&self.name()));
         let definition_role = Role {
             metadata: owned.clone(),
-            rules: Some(self.permissions.definition_rules(&definition.name_any())),
+            rules: Some(definition_rules),
         };
         let definition_role_binding = RoleBinding {
             metadata: owned.clone(),
@@ -260,7 +269,12 @@ impl Controller {
         metadata: ObjectMeta,
     ) -> Result<Deployment, serde_json::Error> {
         let selector = bundle_labels(definition, &self.resource.version);
-        let args = [
+        let definition_ref = format!(
+            "{}/{}",
+            definition.namespace().unwrap_or_default(),
+            definition.name_any()
+        );
+        let mut args = vec![
             "controller",
             "--group",
             &self.resource.group,
@@ -269,12 +283,11 @@ impl Controller {
             "--resource",
             &self.resource.plural,
             "--definition",
-            &format!(
-                "{}/{}",
-                definition.namespace().unwrap_or_default(),
-                definition.name_any()
-            ),
+            &definition_ref,
         ];
+        if self.allow_cross_namespace_refs {
+            args.push("--allow-cross-namespace-refs");
+        }
         let probe =
             |path: &str| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": 10});
         serde_json::from_value(json!({

@@ -43,10 +43,11 @@ pub struct Permissions {
     pub listed_namespaces: BTreeSet<String>,
     /// Whether compositor creates each release namespace, so the controller deletes it again.
     pub owns_namespaces: bool,
-    /// Credential Secrets (in the definition's namespace) the controller reads.
-    pub secrets: BTreeSet<String>,
-    /// CA bundle ConfigMaps (in the definition's namespace) the controller reads.
-    pub config_maps: BTreeSet<String>,
+    /// Credential Secrets the controller reads, as (namespace, name): in the definition's
+    /// namespace, or in another only when the operator allows cross-namespace references.
+    pub secrets: BTreeSet<(String, String)>,
+    /// CA bundle ConfigMaps the controller reads, as (namespace, name).
+    pub config_maps: BTreeSet<(String, String)>,
 }
 
 impl Permissions {
@@ -83,9 +84,10 @@ impl Permissions {
         rules
     }
 
-    /// Rules per namespace: what the chart writes there, and Helm's release Secrets in each
-    /// release namespace.
-    pub fn namespace_rules(&self) -> BTreeMap<String, Vec<PolicyRule>> {
+    /// Rules per namespace but the definition's own: what the chart writes there, Helm's
+    /// release Secrets in each release namespace, and the chart source's Secrets and ConfigMaps
+    /// that live there.
+    pub fn namespace_rules(&self, definition_namespace: &str) -> BTreeMap<String, Vec<PolicyRule>> {
         let mut by_namespace = self
             .footprint
             .namespace_rules(&self.releases, &self.listed_namespaces);
@@ -96,37 +98,71 @@ impl Permissions {
                 rules.push(helm_storage.clone());
             }
         }
+        for (namespace, rules) in self.reference_rules() {
+            if namespace != definition_namespace {
+                by_namespace.entry(namespace).or_default().extend(rules);
+            }
+        }
         by_namespace
     }
 
     /// Rules in the definition's namespace: `get` on the definition itself (the controller reads
-    /// its chart source there) and on the credential Secrets it uses, by name.
-    pub fn definition_rules(&self, definition: &str) -> Vec<PolicyRule> {
-        let get_named = |group: &str, resource: &str, names: Vec<String>| PolicyRule {
-            api_groups: Some(vec![group.to_string()]),
-            resources: Some(vec![resource.to_string()]),
-            resource_names: Some(names),
-            verbs: vec!["get".into()],
-            ..PolicyRule::default()
-        };
+    /// its chart source there) and on the chart source's Secrets and ConfigMaps there, by name.
+    pub fn definition_rules(&self, definition: &str, namespace: &str) -> Vec<PolicyRule> {
         let mut rules = vec![get_named(
             crate::api::GROUP,
             "compositiondefinitions",
-            vec![definition.to_string()],
+            [definition.to_string()].into(),
         )];
-        if !self.secrets.is_empty() {
-            rules.push(get_named(
-                "",
-                "secrets",
-                self.secrets.iter().cloned().collect(),
-            ));
-        }
-        if !self.config_maps.is_empty() {
-            let names = self.config_maps.iter().cloned().collect();
-            rules.push(get_named("", "configmaps", names));
-        }
+        rules.extend(self.reference_rules().remove(namespace).unwrap_or_default());
         rules
     }
+
+    /// `get` by name on the chart source's Secrets and ConfigMaps, per namespace.
+    fn reference_rules(&self) -> BTreeMap<String, Vec<PolicyRule>> {
+        let mut by_namespace: BTreeMap<String, Vec<PolicyRule>> = BTreeMap::new();
+        for (resource, references) in [
+            ("secrets", &self.secrets),
+            ("configmaps", &self.config_maps),
+        ] {
+            let mut names: BTreeMap<&String, BTreeSet<String>> = BTreeMap::new();
+            for (namespace, name) in references {
+                names.entry(namespace).or_default().insert(name.clone());
+            }
+            for (namespace, names) in names {
+                let rules = by_namespace.entry(namespace.clone()).or_default();
+                rules.push(get_named("", resource, names));
+            }
+        }
+        by_namespace
+    }
+}
+
+fn get_named(group: &str, resource: &str, names: BTreeSet<String>) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(vec![resource.to_string()]),
+        resource_names: Some(names.into_iter().collect()),
+        verbs: vec!["get".into()],
+        ..PolicyRule::default()
+    }
+}
+
+/// The controller's leader election Lease `name` (`compositor controller --leader-elect`, in the
+/// definition's namespace): `create` (Kubernetes cannot limit it by name), and reading, watching
+/// (a standby watches the one name, so a released lease is taken at once) and renewing that one
+/// Lease, which is always patched, never replaced.
+pub(super) fn lease_rules(name: &str) -> Vec<PolicyRule> {
+    let mut named = rule(
+        "coordination.k8s.io",
+        ["leases".to_string()],
+        &["get", "list", "watch", "patch"],
+    );
+    named.resource_names = Some(vec![name.to_string()]);
+    vec![
+        rule("coordination.k8s.io", ["leases".to_string()], &["create"]),
+        named,
+    ]
 }
 
 /// One rule per API group with Helm's verbs on every resource of that group.

@@ -56,13 +56,14 @@ fn controller() -> Controller {
         },
         chart_version: "1.1.5".into(),
         image: "compositor:test".into(),
+        allow_cross_namespace_refs: false,
         permissions: Permissions {
             footprint,
             releases: vec![place("acme", "team-b"), place("beta", "team-a")],
             listed_namespaces: BTreeSet::new(),
             owns_namespaces: false,
-            secrets: ["repo-password".to_string()].into(),
-            config_maps: ["repo-ca".to_string()].into(),
+            secrets: [("demo".to_string(), "repo-password".to_string())].into(),
+            config_maps: [("demo".to_string(), "repo-ca".to_string())].into(),
         },
     }
 }
@@ -125,6 +126,30 @@ fn deployment_runs_the_controller_of_its_version() {
 }
 
 #[test]
+fn the_definition_role_grants_the_controllers_own_lease_only() {
+    let bundle = controller()
+        .bundle(&definition("demo", "fireworksapp"))
+        .expect("bundle");
+    let rules = serde_json::to_value(bundle.definition_role.rules).unwrap();
+    let leases: Vec<&serde_json::Value> = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| rule["resources"] == json!(["leases"]))
+        .collect();
+    // The name `compositor controller --leader-elect` uses by default.
+    assert_eq!(
+        leases,
+        [
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": ["fireworksapps-v1-1-5-controller"],
+                    "verbs": ["get", "list", "watch", "patch"]}),
+        ]
+    );
+}
+
+#[test]
 fn namespaced_objects_are_owned_by_the_definition() {
     let bundle = controller()
         .bundle(&definition("demo", "fireworksapp"))
@@ -160,7 +185,7 @@ fn rules_are_exactly_what_helm_needs() {
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         ])
     );
-    let namespaced = serde_json::to_value(controller.permissions.namespace_rules()).unwrap();
+    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
     let helm = json!([
         "get", "list", "watch", "create", "update", "patch", "delete"
     ]);
@@ -170,8 +195,12 @@ fn rules_are_exactly_what_helm_needs() {
         {"apiGroups": [""], "resources": ["secrets"], "verbs": helm},
     ]);
     assert_eq!(namespaced, json!({"team-a": release, "team-b": release}));
-    let definition =
-        serde_json::to_value(controller.permissions.definition_rules("fireworksapp")).unwrap();
+    let definition = serde_json::to_value(
+        controller
+            .permissions
+            .definition_rules("fireworksapp", "demo"),
+    )
+    .unwrap();
     assert_eq!(
         definition,
         json!([
@@ -215,7 +244,7 @@ fn a_version_without_compositions_gets_nothing_of_its_chart() {
     controller.permissions.listed_namespaces = ["elsewhere".to_string()].into();
     let cluster = controller.permissions.cluster_rules(&controller.resource);
     assert_eq!(cluster.len(), 2, "its own resource and events: {cluster:?}");
-    assert!(controller.permissions.namespace_rules().is_empty());
+    assert!(controller.permissions.namespace_rules("demo").is_empty());
 }
 
 #[test]
@@ -254,4 +283,34 @@ fn long_definition_labels_stay_valid_and_unique() {
     let b = definition_label(&definition("demo", &format!("{}b", "a".repeat(79))));
     assert!(a.len() <= 63 && b.len() <= 63);
     assert_ne!(a, b);
+}
+
+#[test]
+fn references_in_other_namespaces_are_read_there_by_name_and_the_controller_is_told() {
+    let mut controller = controller();
+    assert!(!deployment_args(&controller).contains(&"--allow-cross-namespace-refs".to_string()));
+    controller.allow_cross_namespace_refs = true;
+    controller
+        .permissions
+        .secrets
+        .insert(("shared".into(), "registry".into()));
+    let get = |resource: &str, name: &str| json!({"apiGroups": [""], "resources": [resource], "resourceNames": [name], "verbs": ["get"]});
+    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
+    assert_eq!(namespaced["shared"], json!([get("secrets", "registry")]));
+    let own = serde_json::to_value(
+        controller
+            .permissions
+            .definition_rules("fireworksapp", "demo"),
+    )
+    .unwrap();
+    assert_eq!(own[1], get("secrets", "repo-password"), "{own}");
+    assert!(deployment_args(&controller).contains(&"--allow-cross-namespace-refs".to_string()));
+}
+
+fn deployment_args(controller: &Controller) -> Vec<String> {
+    let bundle = controller
+        .bundle(&definition("demo", "fireworksapp"))
+        .unwrap();
+    let pod = bundle.deployment.spec.unwrap().template.spec.unwrap();
+    pod.containers[0].args.clone().unwrap_or_default()
 }

@@ -187,6 +187,9 @@ pub struct Config {
     pub workers: u16,
     /// Reconcile every composition at least this often.
     pub resync: Duration,
+    /// Whether the chart source may name Secrets and ConfigMaps in other namespaces than the
+    /// definition's (as the operator allows).
+    pub allow_cross_namespace_refs: bool,
 }
 
 /// What every reconcile shares.
@@ -212,7 +215,7 @@ impl Context {
         cache: Cache,
         metrics: Arc<Metrics>,
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let client = Client::try_from(kube_config.clone())?;
+        let client = crate::runtime::client(kube_config.clone(), metrics.clone())?;
         // Server-side apply of list items without their key (a port without `protocol`) fails
         // before Kubernetes 1.22, so older clusters get client-side apply.
         let server = client.apiserver_version().await?;
@@ -279,6 +282,9 @@ pub async fn run(
     let api = Api::<DynamicObject>::all_with(context.client.clone(), &context.resource);
     let writer = reflector::store::Writer::new(context.resource.clone());
     let reader = writer.as_reader();
+    let phase = crate::runtime::composition_phase(&context.config.version);
+    let counted = crate::runtime::Counted::Compositions;
+    context.metrics.count_phases(counted, reader.clone(), phase);
     let changes = watcher(api, watcher::Config::default())
         .backoff(crate::runtime::watch_backoff())
         .reflect(writer)
@@ -483,7 +489,7 @@ async fn fetch_chart(
         .ok_or_else(|| Error::DefinitionNotReady(definition.name_any()))?;
     let policy = chart::credentials::RefPolicy {
         namespace: context.config.definition_namespace.clone(),
-        allow_cross_namespace: false,
+        allow_cross_namespace: context.config.allow_cross_namespace_refs,
     };
     let mut reference =
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;

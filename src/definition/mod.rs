@@ -270,7 +270,13 @@ pub async fn run(
         .and_then(|mut receiver| receiver.take())
         .map(tokio_stream_of)
         .unwrap_or_else(|| futures::stream::empty().boxed());
-    Controller::new(definitions, watcher::Config::default())
+    let controller = Controller::new(definitions, watcher::Config::default());
+    let phase = crate::runtime::definition_phase;
+    let counted = crate::runtime::Counted::Definitions;
+    context
+        .metrics
+        .count_phases(counted, controller.store(), phase);
+    controller
         .reconcile_on(triggers)
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
         .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
@@ -565,6 +571,7 @@ async fn converge(
             },
             chart_version: chart_version.clone(),
             image: context.config.controller_image.clone(),
+            allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
             permissions: Permissions {
                 footprint: footprint.footprint.clone(),
                 releases: used.releases(placement),
@@ -670,35 +677,35 @@ async fn fetch(
     Ok(chart::fetch(&reference, &context.cache).await?)
 }
 
+/// The Secrets the chart source names, as (namespace, name).
 fn referenced_secrets(
     definition: &CompositionDefinition,
     context: &Context,
-) -> Result<BTreeSet<String>, Error> {
-    let namespace = definition.namespace().unwrap_or_default();
+) -> Result<BTreeSet<(String, String)>, Error> {
     let policy = chart::credentials::RefPolicy {
-        namespace: namespace.clone(),
+        namespace: namespace_of(definition),
         allow_cross_namespace: context.config.allow_cross_namespace_refs,
     };
     let secrets = chart::credentials::referenced_secrets(&policy, &definition.spec.chart)?;
-    Ok(secrets
-        .into_iter()
-        .filter(|(ns, _)| *ns == namespace)
-        .map(|(_, name)| name)
-        .collect())
+    Ok(secrets.into_iter().collect())
 }
 
-/// The CA bundle ConfigMap in the definition's namespace, if the chart source names one (a
-/// bundle of unspecified kind may be either, so it counts as both).
-fn referenced_config_maps(definition: &CompositionDefinition) -> BTreeSet<String> {
-    let own = definition.namespace();
+/// The CA bundle ConfigMap the chart source names, if any, as (namespace, name): a bundle of
+/// unspecified kind may be either, so it counts as both.
+fn referenced_config_maps(definition: &CompositionDefinition) -> BTreeSet<(String, String)> {
     definition
         .spec
         .chart
         .ca_bundle_ref
         .iter()
         .filter(|r| r.kind != Some(chart::credentials::CaBundleKind::Secret))
-        .filter(|r| r.namespace.is_none() || r.namespace == own)
-        .map(|r| r.name.clone())
+        .map(|r| {
+            let namespace = r.namespace.clone();
+            (
+                namespace.unwrap_or_else(|| namespace_of(definition)),
+                r.name.clone(),
+            )
+        })
         .collect()
 }
 

@@ -1,11 +1,16 @@
 //! The metrics of one process, with bounded labels only (never object names).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use kube::runtime::reflector::{Lookup, Store};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::EncodeLabelValue;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -38,12 +43,53 @@ struct HelmLabels {
     outcome: HelmOutcome,
 }
 
-/// Counters and histograms, registered under the `compositor_` prefix.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    verb: String,
+    resource: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// Objects whose phases are counted in a gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// CompositionDefinitions (`compositor_definitions{phase}`): `Ready` or `NotReady`.
+    Definitions,
+    /// Compositions of the controller's version (`compositor_compositions{phase}`): `Ready`,
+    /// `Progressing`, `Failed` or `Paused`.
+    Compositions,
+}
+
+impl Counted {
+    /// Every phase, reported even at 0 so that a dashboard sees a phase empty out.
+    fn phases(self) -> &'static [&'static str] {
+        match self {
+            Counted::Definitions => &["Ready", "NotReady"],
+            Counted::Compositions => &["Ready", "Progressing", "Failed", "Paused"],
+        }
+    }
+}
+
+/// Counts objects by phase at each scrape.
+type PhaseSource = Box<dyn Fn() -> BTreeMap<&'static str, i64> + Send + Sync>;
+
+/// Counters, gauges and histograms, registered under the `compositor_` prefix.
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_seconds: Histogram,
     helm_calls: Family<HelmLabels, Counter>,
+    api_requests: Family<ApiLabels, Counter>,
+    definitions: Family<PhaseLabels, Gauge>,
+    compositions: Family<PhaseLabels, Gauge>,
+    /// Where the phase gauges come from: the reconciler's cache, read at each scrape, so the
+    /// gauges are exactly what the cluster says and need no bookkeeping on deletion.
+    phase_sources: Mutex<Vec<(Counted, PhaseSource)>>,
 }
 
 impl Default for Metrics {
@@ -63,11 +109,33 @@ impl Default for Metrics {
             "Calls to the helm CLI by verb and outcome",
             helm_calls.clone(),
         );
+        let api_requests = Family::<ApiLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API by verb, resource and HTTP status code",
+            api_requests.clone(),
+        );
+        let definitions = Family::<PhaseLabels, Gauge>::default();
+        registry.register(
+            "definitions",
+            "CompositionDefinitions by phase (reported by the operator that leads)",
+            definitions.clone(),
+        );
+        let compositions = Family::<PhaseLabels, Gauge>::default();
+        registry.register(
+            "compositions",
+            "Compositions of this controller's version by status phase (reported by the controller that leads)",
+            compositions.clone(),
+        );
         Metrics {
             registry,
             reconciles,
             reconcile_seconds,
             helm_calls,
+            api_requests,
+            definitions,
+            compositions,
+            phase_sources: Mutex::default(),
         }
     }
 }
@@ -106,8 +174,67 @@ impl Metrics {
             .sum()
     }
 
+    /// Records one request to the Kubernetes API and its status code.
+    pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
+        self.api_requests
+            .get_or_create(&ApiLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts the objects in `store` by `phase` (objects without one are not counted) in the
+    /// gauge of `counted`, at every scrape.
+    pub fn count_phases<K>(
+        &self,
+        counted: Counted,
+        store: Store<K>,
+        phase: impl Fn(&K) -> Option<&'static str> + Send + Sync + 'static,
+    ) where
+        K: Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let source: PhaseSource = Box::new(move || {
+            let mut counts = BTreeMap::new();
+            for object in store.state() {
+                if let Some(phase) = phase(&object) {
+                    *counts.entry(phase).or_insert(0) += 1;
+                }
+            }
+            counts
+        });
+        if let Ok(mut sources) = self.phase_sources.lock() {
+            sources.push((counted, source));
+        }
+    }
+
+    /// Sets the phase gauges from their sources.
+    fn refresh_phases(&self) {
+        let Ok(sources) = self.phase_sources.lock() else {
+            return;
+        };
+        for (counted, source) in sources.iter() {
+            let family = match counted {
+                Counted::Definitions => &self.definitions,
+                Counted::Compositions => &self.compositions,
+            };
+            let counts = source();
+            for phase in counted.phases() {
+                let labels = PhaseLabels {
+                    phase: phase.to_string(),
+                };
+                family
+                    .get_or_create(&labels)
+                    .set(counts.get(phase).copied().unwrap_or(0));
+            }
+        }
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        self.refresh_phases();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
         Ok(text)
@@ -132,6 +259,47 @@ mod tests {
         );
         assert!(
             text.contains("compositor_helm_calls_total{verb=\"template\",outcome=\"Failure\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn phases_are_counted_from_the_cache_at_each_scrape() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::watcher::Event;
+        let metrics = Metrics::default();
+        let (reader, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        metrics.count_phases(
+            Counted::Compositions,
+            reader,
+            |object: &ConfigMap| match object.metadata.name.as_deref() {
+                Some("skipped") => None,
+                Some(name) if name.starts_with("ready") => Some("Ready"),
+                _ => Some("Failed"),
+            },
+        );
+        let object = |name: &str| ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for name in ["ready-1", "ready-2", "broken", "skipped"] {
+            writer.apply_watcher_event(&Event::Apply(object(name)));
+        }
+        let text = metrics.encode().expect("encode");
+        for line in [
+            "compositor_compositions{phase=\"Ready\"} 2",
+            "compositor_compositions{phase=\"Failed\"} 1",
+            "compositor_compositions{phase=\"Paused\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        writer.apply_watcher_event(&Event::Delete(object("broken")));
+        let text = metrics.encode().expect("encode");
+        assert!(
+            text.contains("compositor_compositions{phase=\"Failed\"} 0"),
             "{text}"
         );
     }

@@ -1,10 +1,15 @@
-//! What both roles share at run time: logging, metrics, the health and metrics server, and
-//! shutdown on a signal.
+//! What both roles share at run time: logging, metrics, the Kubernetes client, leader
+//! election, the health and metrics server, and shutdown on a signal.
 
+mod client;
+pub mod leader;
 mod metrics;
+mod phases;
 mod text;
 
-pub use metrics::{HelmOutcome, Metrics, ReconcileOutcome};
+pub use client::{NO_RESPONSE, Target, client};
+pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};
+pub use phases::{composition_phase, definition_phase};
 pub use text::{error_message, shorten};
 
 use std::net::SocketAddr;

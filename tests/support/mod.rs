@@ -410,3 +410,58 @@ pub async fn set_stored_status(
         .await
         .expect("rewrite release record");
 }
+
+/// Applies `crd` and waits until the apiserver establishes it.
+pub async fn apply_crd(
+    client: &Client,
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::ResourceExt;
+    use kube::api::{Patch, PatchParams};
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply CRD");
+    eventually(
+        &format!("CRD {name} established"),
+        Duration::from_secs(30),
+        || async {
+            crds.get(&name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        },
+    )
+    .await;
+}
+
+/// Installs compositor's own CRDs, as its Helm chart does in a real cluster.
+pub async fn install_crds(client: &Client) {
+    use kube::CustomResourceExt;
+    apply_crd(client, compositor::api::CompositionDefinition::crd()).await;
+}
+
+/// Creates Secret `repo-password` in `namespace`, holding the test bed repository's password
+/// under key `password`.
+pub async fn repo_password(client: &Client, namespace: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "repo-password"},
+        "stringData": {"password": env("COMPOSITOR_TEST_REPO_PASSWORD")}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+}
