@@ -20,16 +20,58 @@ run kubectl get namespaces
 step "Offline: the CRD a chart becomes (compositor crd), lossy steps on stderr"
 run "$COMPOSITOR" crd "$COMPOSITOR_TEST_CHARTS/fireworks-app-1.1.5.tgz" | sed -n '/openAPIV3Schema/,/^ *git:/p' | head -32
 
-step "Installing compositor's CRDs and starting the operator"
-run kubectl apply -f "$ROOT/crds/compositor.dev.yaml"
-if ! { [ -f "$TESTBED_DIR/pids/operator" ] && kill -0 "$(cat "$TESTBED_DIR/pids/operator")" 2>/dev/null; }; then
-  "$COMPOSITOR" run --metrics-address 127.0.0.1:0 --cache-dir "$TESTBED_DIR/chart-cache" \
-    --controller-image compositor:dev >"$TESTBED_DIR/logs/operator.log" 2>&1 &
-  echo $! >"$TESTBED_DIR/pids/operator"
-fi
+# The test bed has no kubelet: this plays it for Deployment $2 in namespace $1, running its
+# arguments with the local binary and a token of its own ServiceAccount, so the process has
+# exactly the RBAC compositor (or its chart) gave it.
+play_kubelet() {
+  local namespace=$1 deployment=$2 pidfile="$TESTBED_DIR/pids/$2"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return; fi
+  local token account
+  account=$(kubectl -n "$namespace" get deployment "$deployment" -o jsonpath='{.spec.template.spec.serviceAccountName}')
+  token=$(kubectl -n "$namespace" create token "$account")
+  python3 - "$KUBECONFIG" "$token" >"$TESTBED_DIR/$deployment.kubeconfig" <<'PY'
+import sys, re
+text = open(sys.argv[1]).read()
+print(re.sub(r"token: .*", "token: " + sys.argv[2], text))
+PY
+  chmod 600 "$TESTBED_DIR/$deployment.kubeconfig"
+  mapfile -t args < <(kubectl -n "$namespace" get deployment "$deployment" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
+  printf '\033[2m$ compositor %s\033[0m\n' "${args[*]}"
+  KUBECONFIG="$TESTBED_DIR/$deployment.kubeconfig" POD_NAME="$deployment-demo" POD_NAMESPACE="$namespace" \
+    "$COMPOSITOR" "${args[@]}" --metrics-address 127.0.0.1:0 \
+    --cache-dir "$TESTBED_DIR/$deployment-cache" >"$TESTBED_DIR/logs/$deployment.log" 2>&1 &
+  echo $! >"$pidfile"
+}
+run_controller() { play_kubelet "${2:-demo}" "$1"; }
+
+step "The Tenant chart (cert-manager v1.19.1) is published to the password-protected Helm repository"
+cp "$COMPOSITOR_REAL_CHARTS/cert-manager-v1.19.1.tgz" "$TESTBED_DIR/repo/"
+"$HELM_BIN" repo index "$TESTBED_DIR/repo" >/dev/null
+for namespace in compositor-system demo; do
+  kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+done
+kubectl -n compositor-system create secret generic helm-repo --from-literal=token="$COMPOSITOR_TEST_REPO_PASSWORD" \
+  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+step "helm install compositor: its CRDs, RBAC, admission policy, Deployment and the Tenant API"
+run "$HELM_BIN" upgrade --install compositor "$ROOT/charts/compositor" -n compositor-system \
+  --set image.tag=dev --set 'credentialNamespaces={demo}' \
+  --set tenant.chart.url="$COMPOSITOR_TEST_REPO_URL" \
+  --set tenant.chart.credentials.username="$COMPOSITOR_TEST_REPO_USERNAME" \
+  --set tenant.chart.credentials.passwordRef.name=helm-repo --set tenant.chart.credentials.passwordRef.key=token
+run kubectl -n compositor-system get deployment,serviceaccount,compositiondefinitions
+run kubectl get clusterrole "compositor-operator:compositor-system:compositor" -o jsonpath='{range .rules[*]}{.verbs}{" "}{.resources}{"\n"}{end}'
+SA=system:serviceaccount:compositor-system:compositor
+for check in "get secrets -n kube-system" "create customresourcedefinitions" "escalate clusterroles"; do
+  # shellcheck disable=SC2086
+  printf '  can the operator %-40s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
+done
+
+step "The test bed has no kubelet: run the operator Deployment locally, with its ServiceAccount's token"
+play_kubelet compositor-system compositor
+run kubectl -n compositor-system wait compositiondefinition/tenant --for=condition=Ready --timeout=180s
 
 step "A platform team publishes fireworks-app 1.1.5 from the password-protected Helm repository"
-kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl -n demo create secret generic helm-repo --from-literal=token="$COMPOSITOR_TEST_REPO_PASSWORD" \
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 cat >"$TESTBED_DIR/fireworksapp.yaml" <<YAML
@@ -67,25 +109,6 @@ for check in "list fireworksapps.composition.compositor.dev -A" "get secret/helm
   # shellcheck disable=SC2086
   printf '  can the controller %-48s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
 done
-
-# The test bed has no kubelet: this plays it for controller Deployment $1, with its own token.
-run_controller() {
-  local controller=$1 pidfile="$TESTBED_DIR/pids/$1"
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return; fi
-  local token
-  token=$(kubectl -n demo create token "$controller")
-  python3 - "$KUBECONFIG" "$token" >"$TESTBED_DIR/$controller.kubeconfig" <<'PY'
-import sys, re
-text = open(sys.argv[1]).read()
-print(re.sub(r"token: .*", "token: " + sys.argv[2], text))
-PY
-  chmod 600 "$TESTBED_DIR/$controller.kubeconfig"
-  mapfile -t args < <(kubectl -n demo get deployment "$controller" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
-  printf '\033[2m$ compositor %s\033[0m\n' "${args[*]}"
-  KUBECONFIG="$TESTBED_DIR/$controller.kubeconfig" "$COMPOSITOR" "${args[@]}" --metrics-address 127.0.0.1:0 \
-    --cache-dir "$TESTBED_DIR/$controller-cache" >"$TESTBED_DIR/logs/$controller.log" 2>&1 &
-  echo $! >"$pidfile"
-}
 
 step "The test bed has no kubelet: run the controller Deployment locally, with its own ServiceAccount token"
 run_controller fireworksapps-v1-1-5-controller
@@ -130,5 +153,23 @@ done
 run "$HELM_BIN" history acme -n acme
 run kubectl -n demo get deployments
 run kubectl get crd fireworksapps.composition.compositor.dev -o jsonpath='{.spec.versions[*].name}'; echo
+
+step "The default composition: a Tenant gets cert-manager in a namespace of its own"
+run_controller tenants-v1-19-1-controller compositor-system
+cat >"$TESTBED_DIR/tenant.yaml" <<YAML
+apiVersion: composition.compositor.dev/v1-19-1
+kind: Tenant
+metadata:
+  name: globex
+  namespace: demo
+spec:
+  # cert-manager's post-install check waits for pods, which a test bed without a kubelet never runs.
+  startupapicheck: {enabled: false}
+YAML
+run kubectl apply -f "$TESTBED_DIR/tenant.yaml"
+run kubectl -n demo wait tenant/globex --for=condition=Ready --timeout=180s
+run kubectl -n demo get tenants
+run "$HELM_BIN" list -n globex
+run kubectl -n globex get deployments
 
 step "Done. Logs: $TESTBED_DIR/logs/. Stop everything with: make down"

@@ -67,6 +67,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         .operator(&namespace, &bed.scratch("operator-cache"), "operator.log")
         .await?;
     wait_definition(bed, &operator, &namespace, &group).await?;
+    let operator_idle = operator.memory()?;
     let cache = bed.scratch("controller-cache");
     let cache = cache.to_str().ok_or("cache path is not UTF-8")?;
     let extra = ["--workers", WORKERS, "--cache-dir", cache];
@@ -92,6 +93,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let figures = Figures {
         records: release_records(bed, &namespace).await?,
         memory: controller.memory()?,
+        operator_memory: (operator_idle, operator.memory()?),
         apply,
         baseline,
         resync,
@@ -109,6 +111,9 @@ struct Figures {
     records: usize,
     /// The controller's VmRSS and VmHWM at the end, in MiB.
     memory: (f64, f64),
+    /// The operator's VmRSS and VmHWM with its definition Ready and nothing else to do, and at
+    /// the end, in MiB.
+    operator_memory: ((f64, f64), (f64, f64)),
 }
 
 impl Figures {
@@ -162,6 +167,9 @@ impl Figures {
         );
         let (rss, hwm) = self.memory;
         println!("| controller VmRSS / VmHWM at the end | {rss:.1} MiB / {hwm:.1} MiB |");
+        let ((idle, _), (rss, hwm)) = self.operator_memory;
+        println!("| operator VmRSS idle, with its definition Ready | {idle:.1} MiB |");
+        println!("| operator VmRSS / VmHWM at the end | {rss:.1} MiB / {hwm:.1} MiB |");
     }
 }
 
