@@ -466,7 +466,7 @@ where
     F: std::future::Future<Output = ()>,
 {
     let Some(mut election) = election else {
-        reconciler(shutdown).await;
+        within_grace(reconciler(shutdown.clone()), shutdown).await;
         return Ok(());
     };
     let acquired = tokio::select! {
@@ -482,7 +482,7 @@ where
         Some(Ok(())) => {}
     }
     let lost = tokio::select! {
-        () = reconciler(shutdown) => None,
+        () = within_grace(reconciler(shutdown.clone()), shutdown) => None,
         lost = election.lost() => Some(lost),
     };
     match lost {
@@ -494,5 +494,26 @@ where
             tracing::error!(error = %lost, "lost the leader lease: stopping at once so that only the new leader writes");
             Err(context("lost the leader lease")(lost))
         }
+    }
+}
+
+/// How long reconciles may go on after the shutdown signal; a kubelet waits 30 s by default,
+/// and the leader lease is released after them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs `reconciler` until it ends, or [`SHUTDOWN_GRACE`] after `shutdown` at the latest: a
+/// reconciler whose watches never started (its CRD missing, say) never finishes a graceful
+/// shutdown by itself, and would hold the process, and its lease, until it is killed.
+async fn within_grace(reconciler: impl std::future::Future<Output = ()>, shutdown: Shutdown) {
+    tokio::pin!(reconciler);
+    tokio::select! {
+        () = &mut reconciler => return,
+        () = shutdown => {}
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, reconciler)
+        .await
+        .is_err()
+    {
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "reconciles still running after the grace period; stopping them");
     }
 }

@@ -532,3 +532,38 @@ async fn api_requests_are_counted_with_bounded_labels_and_move_with_the_work() {
         }
     }
 }
+
+#[tokio::test]
+async fn an_operator_whose_watches_never_start_still_stops_on_sigterm() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "lead-stuck").await;
+    // An identity that may do nothing at all: every watch of the operator is refused.
+    let nobody: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "nobody"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &nobody)
+        .await
+        .expect("service account");
+    let kubeconfig = support::service_account_kubeconfig(&client, &namespace, "nobody").await;
+    let mut operator = Process::start_as(
+        &[
+            "run",
+            "--namespace",
+            &namespace,
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        &kubeconfig,
+    );
+    logged(&operator, "operator started", "message").await;
+    operator.terminate();
+    // The grace period for reconciles is 20 s; a kubelet kills after 30 s.
+    assert!(
+        operator.exits_within(Duration::from_secs(28)).await,
+        "the operator ignored SIGTERM:\n{}",
+        operator.output()
+    );
+}

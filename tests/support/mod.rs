@@ -229,6 +229,29 @@ impl Process {
         Process { child, log }
     }
 
+    /// Starts `compositor ARGS…` with `kubeconfig`.
+    pub fn start_as(args: &[&str], kubeconfig: &Path) -> Self {
+        Self::spawn(args, kubeconfig, "compositor", &[])
+    }
+
+    /// Sends SIGTERM, as a kubelet stopping the pod does.
+    pub fn terminate(&self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+
+    /// Whether the process has exited, waiting up to `limit` for it.
+    pub async fn exits_within(&mut self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     /// Kills the process and every process it started at once, with no chance to clean up, as
     /// a node or container failure would.
     pub fn crash(&mut self) {
@@ -319,8 +342,6 @@ pub async fn run_deployment(
     extra_args: &[&str],
 ) -> Process {
     use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
 
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get(name)
@@ -334,26 +355,7 @@ pub async fn run_deployment(
         .expect("pod spec");
     let container = &pod.containers[0];
     let service_account = pod.service_account_name.expect("service account");
-    let request: TokenRequest = serde_json::from_value(
-        serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
-    )
-    .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(&service_account, &PostParams::default(), &request)
-        .await
-        .expect("token for the controller")
-        .status
-        .expect("token")
-        .token;
-
-    // The admin kubeconfig with the controller's token instead of the admin's.
-    let admin: serde_json::Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(env("KUBECONFIG")).expect("kubeconfig"))
-            .expect("kubeconfig yaml");
-    let mut kubeconfig = admin.clone();
-    kubeconfig["users"] = serde_json::json!([{"name": "testbed", "user": {"token": token}}]);
-    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique(name)));
-    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).expect("write kubeconfig");
+    let path = service_account_kubeconfig(client, namespace, &service_account).await;
 
     let mut args: Vec<&str> = container
         .args
@@ -363,6 +365,33 @@ pub async fn run_deployment(
         .collect();
     args.extend_from_slice(extra_args);
     Process::spawn(&args, &path, name, &[("POD_NAME", name)])
+}
+
+/// A kubeconfig for the test bed that authenticates as ServiceAccount `namespace/name`, with a
+/// token an hour long.
+pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request: TokenRequest = serde_json::from_value(
+        serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+    )
+    .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("token for the service account")
+        .status
+        .expect("token")
+        .token;
+    // The admin kubeconfig with the ServiceAccount's token instead of the admin's.
+    let admin: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(env("KUBECONFIG")).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    let mut kubeconfig = admin.clone();
+    kubeconfig["users"] = serde_json::json!([{"name": "testbed", "user": {"token": token}}]);
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique(name)));
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).expect("write kubeconfig");
+    path
 }
 
 /// Rewrites the state Helm stored for `revision` — the `status` label and, because that is what
