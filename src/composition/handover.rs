@@ -10,7 +10,9 @@ use kube::core::DynamicObject;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{Context, Error, fetch_chart, merged_over, publish, status_of, values_of};
+use super::inputs::fetch_chart;
+use super::status::{publish, status_of};
+use super::{Context, Error, merged_over, values_of};
 use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, VERSION_LABEL};
 use crate::schema;
 

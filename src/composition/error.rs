@@ -1,0 +1,159 @@
+//! Why a composition is not (yet) installed: each error names its condition reason, whether only
+//! a change of the composition can fix it, and when to look again.
+
+use std::time::Duration;
+
+use super::kubeconfig;
+use crate::{chart, helm, schema};
+
+/// Why a composition is not (yet) installed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The definition cannot be read or has not resolved this version yet.
+    #[error("definition {0} is not ready for this version")]
+    DefinitionNotReady(String),
+    /// The chart could not be fetched.
+    #[error(transparent)]
+    Chart(#[from] chart::Error),
+    /// The values break the chart's schema.
+    #[error("values do not match the chart's schema: {0}")]
+    InvalidValues(String),
+    /// The release name is unusable.
+    #[error("{0}")]
+    ReleaseName(String),
+    /// The chart does not render with these values.
+    #[error("the chart does not render: {0}")]
+    Render(#[source] helm::Error),
+    /// The rendered manifest is not a list of objects.
+    #[error(transparent)]
+    Manifest(#[from] helm::ManifestError),
+    /// The chart would write objects this controller may not write.
+    #[error("{0}")]
+    PermissionsMissing(String),
+    /// The operator has not granted this controller the release namespace yet (it does so
+    /// once it sees the composition).
+    #[error("waiting for access to namespace {0}, which the operator grants for each composition")]
+    AccessPending(String),
+    /// A Helm operation on the release failed.
+    #[error("{0} failed")]
+    Helm(HelmStep, #[source] helm::Error),
+    /// Helm cannot be handed the controller's credentials.
+    #[error(transparent)]
+    Kubeconfig(#[from] kubeconfig::Error),
+    /// The values validator failed.
+    #[error(transparent)]
+    Schema(#[from] schema::Error),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API request failed ({0})")]
+    Kube(&'static str, #[source] kube::Error),
+    /// The finalizer helper failed.
+    #[error("finalizer failed")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A failed Helm step; a refusal by the authorizer is a permission problem, which retrying
+    /// does not fix.
+    pub(super) fn from_helm(step: HelmStep, error: helm::Error) -> Error {
+        if error.is_forbidden() {
+            Error::PermissionsMissing(format!(
+                "{step} was refused: {}",
+                crate::runtime::error_message(&error)
+            ))
+        } else {
+            Error::Helm(step, error)
+        }
+    }
+
+    /// The condition reason.
+    pub(super) fn reason(&self) -> &'static str {
+        match self {
+            Error::DefinitionNotReady(_) => "DefinitionNotReady",
+            Error::Chart(error) => error.reason(),
+            Error::InvalidValues(_) => "InvalidValues",
+            Error::ReleaseName(_) => "InvalidReleaseName",
+            Error::Render(_) | Error::Manifest(_) => "RenderFailed",
+            Error::PermissionsMissing(_) => "PermissionsMissing",
+            Error::AccessPending(_) => "AccessPending",
+            Error::Helm(step, _) => step.reason(),
+            Error::Kubeconfig(_) => "CredentialsUnusable",
+            Error::Schema(_) => "InvalidSchema",
+            Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
+        }
+    }
+
+    /// Errors only a change of the composition (or its definition) can fix.
+    pub(super) fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidValues(_)
+                | Error::ReleaseName(_)
+                | Error::Render(_)
+                | Error::Manifest(_)
+                | Error::PermissionsMissing(_)
+        )
+    }
+
+    /// When to look again. A change of the composition brings a terminal error back at once;
+    /// missing permissions may also be on their way, since the operator binds the controller's
+    /// role in a new release namespace only once it sees a composition there.
+    pub(super) fn retry_after(&self) -> Duration {
+        match self {
+            Error::AccessPending(_) => Duration::from_secs(2),
+            Error::PermissionsMissing(_) => Duration::from_secs(30),
+            error if error.is_terminal() => Duration::from_secs(300),
+            _ => Duration::from_secs(10),
+        }
+    }
+}
+
+/// The Helm operation on a release that failed; each has a reason of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmStep {
+    /// The first install.
+    Install,
+    /// An upgrade of an existing release.
+    Upgrade,
+    /// Rolling back or removing a release stuck mid-operation.
+    Recover,
+    /// Removing the release of a deleted composition.
+    Uninstall,
+}
+
+impl HelmStep {
+    /// The condition and event reason.
+    fn reason(self) -> &'static str {
+        match self {
+            HelmStep::Install => "InstallFailed",
+            HelmStep::Upgrade => "UpgradeFailed",
+            HelmStep::Recover => "RecoveryFailed",
+            HelmStep::Uninstall => "UninstallFailed",
+        }
+    }
+}
+
+impl std::fmt::Display for HelmStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HelmStep::Install => "installing the release",
+            HelmStep::Upgrade => "upgrading the release",
+            HelmStep::Recover => "recovering the release",
+            HelmStep::Uninstall => "uninstalling the release",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_permissions_are_looked_at_again_sooner_than_other_terminal_errors() {
+        let missing = Error::PermissionsMissing("batch/v1/Job".into());
+        assert!(missing.is_terminal());
+        assert!(
+            missing.retry_after() < Error::ReleaseName("-".into()).retry_after(),
+            "a binding may still be on its way"
+        );
+    }
+}

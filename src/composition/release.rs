@@ -1,0 +1,377 @@
+//! One target's release, a small state machine between a composition and Helm:
+//!
+//! 1. up to date? the fingerprint of these inputs is the one recorded, Helm's latest record is
+//!    that revision, deployed, and the release's objects are there: nothing to do, no `helm`;
+//! 2. render the chart, and put every object Helm would write to the authorizer (`access`);
+//! 3. recover a release a crash left pending;
+//! 4. `helm upgrade --install`, and the target's new entry in `status.clusters`.
+
+use kube::Client;
+use kube::api::Api;
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use super::placement::Target;
+use super::status::{StatusWriter, publish};
+use super::{Context, Error, HelmStep, access, cleanup, fingerprint, kubeconfig_for};
+use crate::api::{ClusterStatus, CompositionChart, Phase, ResourceRef};
+use crate::chart::Fetched;
+use crate::helm::{self, RenderedDocument, parse_documents};
+
+/// Helm's latest record of a release: its revision and state.
+type Record = (u64, helm::ReleaseStatus);
+
+/// The release of one composition on one target, and what it is installed from.
+pub(super) struct Release<'a> {
+    /// What every reconcile shares.
+    pub context: &'a Context,
+    /// The composition.
+    pub object: &'a DynamicObject,
+    /// The chart this version installs.
+    pub chart: &'a Fetched,
+    /// The composition's values, valid for the chart.
+    pub values: &'a Value,
+    /// Where the release goes.
+    pub target: &'a Target,
+}
+
+/// How a target's release ended, when nothing failed.
+pub(super) enum Outcome {
+    /// The recorded install is what these inputs would install: no Helm call, nothing to record.
+    UpToDate,
+    /// Installed or upgraded: the target's new entry.
+    Released(ClusterStatus),
+}
+
+/// A target's release failed: why, and the target's entry to record when Helm got to write.
+pub(super) struct Failure {
+    /// The first problem.
+    pub error: Error,
+    /// The entry saying the target failed, with what is still installed there.
+    pub entry: Option<ClusterStatus>,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure { error, entry: None }
+    }
+}
+
+impl Release<'_> {
+    /// Brings the target's release to these inputs, unless it is there already. The status
+    /// says when a Helm write starts; the caller records the outcome.
+    pub(super) async fn reconcile(
+        &self,
+        writer: &mut StatusWriter<'_>,
+    ) -> Result<Outcome, Failure> {
+        let fingerprint = fingerprint(
+            &self.chart.digest,
+            self.values,
+            &self.target.cluster,
+            &self.target.namespace,
+            &self.context.helm_version,
+        );
+        let recorded = writer.recorded(&self.target.cluster).cloned();
+        // Helm's own records, read without a `helm` process.
+        let live = release_record(self.context, self.target).await?;
+        if self
+            .is_up_to_date(
+                recorded.as_ref(),
+                live.as_ref(),
+                &fingerprint,
+                writer.resources(),
+            )
+            .await?
+        {
+            return Ok(Outcome::UpToDate);
+        }
+        let documents = self.render().await?;
+        self.check_access(&documents).await?;
+        let chart = CompositionChart {
+            version: self.chart.version.clone(),
+            digest: self.chart.digest.clone(),
+        };
+        writer.rendered(chart, kept_resources(&documents));
+        let helm_target = helm_target(self.context, &self.target.namespace)?;
+        let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
+        // A Helm write may take minutes; say so first.
+        writer
+            .progressing(&format!("{step} {}", self.target.release))
+            .await?;
+        let outcome = self
+            .context
+            .helm
+            .upgrade_install(
+                &helm_target,
+                &self.target.release,
+                &self.chart.archive_path,
+                self.values,
+                helm::UpgradeOptions::default(),
+            )
+            .await;
+        self.released(step, outcome, recorded, fingerprint).await
+    }
+
+    /// The same inputs rendered, passed the RBAC check and were installed before: nothing to do
+    /// while that revision is still the deployed one and its objects are still there.
+    async fn is_up_to_date(
+        &self,
+        recorded: Option<&ClusterStatus>,
+        live: Option<&Record>,
+        fingerprint: &str,
+        resources: &[ResourceRef],
+    ) -> Result<bool, Error> {
+        let Some(recorded) = recorded else {
+            return Ok(false);
+        };
+        let same_revision_deployed = live.is_some_and(|(revision, state)| {
+            *state == helm::ReleaseStatus::Deployed
+                && i64::try_from(*revision).ok() == recorded.revision
+        });
+        if recorded.fingerprint.as_deref() != Some(fingerprint)
+            || recorded.release != self.target.release
+            || !same_revision_deployed
+        {
+            return Ok(false);
+        }
+        resources_exist(&self.context.client, resources, &self.target.namespace).await
+    }
+
+    /// The objects Helm would write, as `helm template` renders them.
+    async fn render(&self) -> Result<Vec<RenderedDocument>, Error> {
+        let manifest = self
+            .context
+            .helm
+            .template(
+                &self.chart.archive_path,
+                &self.target.release,
+                &self.target.namespace,
+                self.values,
+            )
+            .await
+            .map_err(Error::Render)?;
+        Ok(parse_documents(&manifest)?)
+    }
+
+    /// Every object Helm would write is put to the authorizer first, so that nothing is
+    /// installed halfway.
+    async fn check_access(&self, documents: &[RenderedDocument]) -> Result<(), Error> {
+        let context = self.context;
+        let namespace = &self.target.namespace;
+        let (denied, unserved) =
+            access::denials(&context.client, &context.kinds, documents, namespace)
+                .await
+                .map_err(|e| Error::Kube("access review", e))?;
+        if denied.is_empty() && unserved.is_empty() {
+            return Ok(());
+        }
+        let definition = format!(
+            "{}/{}",
+            context.config.definition_namespace, context.config.definition_name
+        );
+        let message = access::explain(&denied, &unserved, namespace, &definition);
+        Err(Error::PermissionsMissing(message))
+    }
+
+    /// The Helm write to make: an upgrade of a release there is, else an install. A release a
+    /// crash left pending is recovered first, with an event.
+    async fn recover_if_pending(
+        &self,
+        helm_target: &helm::Target,
+        live: Option<&Record>,
+    ) -> Result<HelmStep, Error> {
+        let Some((_, state)) = live else {
+            return Ok(HelmStep::Install);
+        };
+        if !state.is_pending() {
+            return Ok(HelmStep::Upgrade);
+        }
+        let release = &self.target.release;
+        let still_there = recover(self.context, helm_target, release).await?;
+        let note = format!("release {release} was stuck in {state}; recovered");
+        publish(
+            self.context,
+            self.object,
+            EventType::Warning,
+            "Recovered",
+            &note,
+        )
+        .await;
+        Ok(match still_there {
+            true => HelmStep::Upgrade,
+            false => HelmStep::Install,
+        })
+    }
+
+    /// The target's entry after the Helm write. A release installed under a new name replaces
+    /// the one recorded; a failure keeps the revision and fingerprint of what is still there.
+    async fn released(
+        &self,
+        step: HelmStep,
+        outcome: Result<helm::Release, helm::Error>,
+        recorded: Option<ClusterStatus>,
+        fingerprint: String,
+    ) -> Result<Outcome, Failure> {
+        let release = match outcome {
+            Ok(release) => release,
+            Err(error) => {
+                let error = Error::from_helm(step, error);
+                let message = crate::runtime::error_message(&error);
+                let (revision, fingerprint) = recorded
+                    .map(|c| (c.revision, c.fingerprint))
+                    .unwrap_or_default();
+                let entry = self.entry(Phase::Failed, revision, fingerprint, message);
+                return Err(Failure {
+                    error,
+                    entry: Some(entry),
+                });
+            }
+        };
+        if let Some(previous) = recorded.filter(|c| c.release != self.target.release) {
+            cleanup::replaced(self.context, self.object, &previous, &self.target.release).await?;
+        }
+        let revision = i64::try_from(release.revision).ok();
+        let entry = self.entry(Phase::Ready, revision, Some(fingerprint), String::new());
+        let reason = match step {
+            HelmStep::Install => "Installed",
+            _ => "Upgraded",
+        };
+        let note = format!(
+            "release {} revision {}",
+            self.target.release, release.revision
+        );
+        publish(self.context, self.object, EventType::Normal, reason, &note).await;
+        Ok(Outcome::Released(entry))
+    }
+
+    /// The target's entry in `status.clusters`.
+    fn entry(
+        &self,
+        phase: Phase,
+        revision: Option<i64>,
+        fingerprint: Option<String>,
+        message: String,
+    ) -> ClusterStatus {
+        ClusterStatus {
+            name: self.target.cluster.clone(),
+            namespace: self.target.namespace.clone(),
+            release: self.target.release.clone(),
+            revision,
+            phase,
+            fingerprint,
+            message,
+            last_transition_time: None,
+        }
+    }
+}
+
+/// The objects the release keeps. Helm installs `crds/` once and never again, and hooks come
+/// and go: neither is what the release keeps.
+fn kept_resources(documents: &[RenderedDocument]) -> Vec<ResourceRef> {
+    documents
+        .iter()
+        .filter(|d| !d.is_chart_crd() && !d.is_hook())
+        .map(|d| &d.object)
+        .map(|o| ResourceRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+        })
+        .collect()
+}
+
+/// A release stuck pending (a crash mid-operation) goes back to its last deployed revision, or
+/// away when it never deployed. Whether the release is still there.
+async fn recover(context: &Context, target: &helm::Target, release: &str) -> Result<bool, Error> {
+    let failed = |e| Error::Helm(HelmStep::Recover, e);
+    let history = context
+        .helm
+        .history(target, release)
+        .await
+        .map_err(failed)?;
+    let deployed = history.iter().rev().find(|r| {
+        matches!(
+            r.status,
+            helm::ReleaseStatus::Deployed | helm::ReleaseStatus::Superseded
+        )
+    });
+    match deployed {
+        Some(revision) => {
+            context
+                .helm
+                .rollback(target, release, revision.revision)
+                .await
+                .map_err(failed)?;
+            Ok(true)
+        }
+        None => {
+            context
+                .helm
+                .uninstall(target, release)
+                .await
+                .map_err(failed)?;
+            Ok(false)
+        }
+    }
+}
+
+/// Helm's view of `namespace`, with this controller's own credentials.
+pub(super) fn helm_target(context: &Context, namespace: &str) -> Result<helm::Target, Error> {
+    Ok(helm::Target::new(
+        kubeconfig_for(&context.kube_config, namespace)?,
+        namespace,
+    ))
+}
+
+/// Helm's latest record of the target's release, read without a `helm` process; a refusal
+/// means the operator has not granted the release namespace yet.
+pub(super) async fn release_record(
+    context: &Context,
+    target: &Target,
+) -> Result<Option<Record>, Error> {
+    match helm::latest_record(&context.client, &target.namespace, &target.release).await {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(Error::AccessPending(target.namespace.clone()))
+        }
+        result => result.map_err(|e| Error::Kube("read release records", e)),
+    }
+}
+
+/// Whether every object in `resources` exists; a namespaced one without a namespace is looked
+/// for in the release's.
+async fn resources_exist(
+    client: &Client,
+    resources: &[ResourceRef],
+    namespace: &str,
+) -> Result<bool, Error> {
+    for object in resources {
+        let (group, version) = object
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &object.api_version));
+        let (resource, capabilities) =
+            pinned_kind(client, &GroupVersionKind::gvk(group, version, &object.kind))
+                .await
+                .map_err(|e| Error::Kube("discover rendered kind", e))?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                object.namespace.as_deref().unwrap_or(namespace),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        if api
+            .get_metadata_opt(&object.name)
+            .await
+            .map_err(|e| Error::Kube("read rendered object", e))?
+            .is_none()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,406 @@
+//! What a composition's status says, and the events that go with it: one entry per target in
+//! `status.clusters`, summarized into the phase and the kstatus conditions (Ready, plus Stalled
+//! or Reconciling). The status is written by server-side apply, and only when it changed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, Error};
+use crate::api::{
+    ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef, find_condition,
+    remove_condition, set_condition,
+};
+
+/// Field manager of the controller's writes.
+const FIELD_MANAGER: &str = "compositor-controller";
+
+/// The status one reconcile builds, and what was last written of it, so that only changes are
+/// written.
+pub(super) struct StatusWriter<'a> {
+    api: &'a Api<DynamicObject>,
+    object: &'a DynamicObject,
+    /// The status the reconcile started from; events compare against it.
+    initial: CompositionStatus,
+    /// The status as last written.
+    written: CompositionStatus,
+    /// The status being built.
+    status: CompositionStatus,
+    /// How this reconcile went on each target it reached, in placement order.
+    targets: Vec<Phase>,
+}
+
+impl<'a> StatusWriter<'a> {
+    /// A writer starting from `object`'s status.
+    pub(super) fn new(api: &'a Api<DynamicObject>, object: &'a DynamicObject) -> Self {
+        let initial = status_of(object);
+        StatusWriter {
+            api,
+            object,
+            written: initial.clone(),
+            status: initial.clone(),
+            initial,
+            targets: Vec::new(),
+        }
+    }
+
+    /// The entry of `cluster` as recorded so far.
+    pub(super) fn recorded(&self, cluster: &str) -> Option<&ClusterStatus> {
+        self.status.clusters.iter().find(|c| c.name == cluster)
+    }
+
+    /// The objects the release keeps, as last rendered.
+    pub(super) fn resources(&self) -> &[ResourceRef] {
+        &self.status.resources
+    }
+
+    /// Records the chart a release is about to be installed from, and the objects it keeps.
+    pub(super) fn rendered(&mut self, chart: CompositionChart, resources: Vec<ResourceRef>) {
+        self.status.chart = Some(chart);
+        self.status.resources = resources;
+    }
+
+    /// Writes that a Helm write (`note`) is under way, before it starts: it may take minutes.
+    pub(super) async fn progressing(&mut self, note: &str) -> Result<(), Error> {
+        self.status.phase = Some(Phase::Progressing);
+        set_condition(
+            &mut self.status.conditions,
+            "Reconciling",
+            true,
+            "Progressing",
+            note,
+            self.object.metadata.generation,
+        );
+        self.write().await
+    }
+
+    /// Records how this reconcile went on one target: its `phase`, and its new `entry` in
+    /// `status.clusters` when there is one (a release left as it was keeps its entry).
+    pub(super) fn record_target(&mut self, phase: Phase, entry: Option<ClusterStatus>) {
+        if let Some(entry) = entry {
+            record_cluster(&mut self.status, entry);
+        }
+        self.targets.push(phase);
+    }
+
+    /// Writes that reconciliation is paused by annotation; nothing else changes.
+    pub(super) async fn pause(mut self) -> Result<(), Error> {
+        self.status.phase = Some(Phase::Paused);
+        set_condition(
+            &mut self.status.conditions,
+            "Ready",
+            false,
+            "Paused",
+            "reconciliation is paused by annotation",
+            self.object.metadata.generation,
+        );
+        self.write().await
+    }
+
+    /// Records how the reconcile ended, publishes the transition, and passes the result on.
+    pub(super) async fn finish(
+        mut self,
+        context: &Context,
+        result: Result<Action, Error>,
+    ) -> Result<Action, Error> {
+        let generation = self.object.metadata.generation;
+        record_outcome(&mut self.status, &self.targets, &result, generation);
+        publish_transition(context, self.object, &self.initial, &self.status).await;
+        self.write().await?;
+        result
+    }
+
+    async fn write(&mut self) -> Result<(), Error> {
+        if self.status != self.written {
+            write_status(self.api, self.object, &self.status).await?;
+            self.written = self.status.clone();
+        }
+        Ok(())
+    }
+}
+
+/// The status `object` carries; a missing or unreadable one is empty.
+pub(super) fn status_of(object: &DynamicObject) -> CompositionStatus {
+    object
+        .data
+        .get("status")
+        .cloned()
+        .and_then(|s| serde_json::from_value(s).ok())
+        .unwrap_or_default()
+}
+
+/// Puts `entry` in place of the cluster's entry; its transition time moves only with the phase.
+fn record_cluster(status: &mut CompositionStatus, mut entry: ClusterStatus) {
+    let index = status.clusters.iter().position(|c| c.name == entry.name);
+    entry.last_transition_time = match index.map(|i| &status.clusters[i]) {
+        Some(previous) if previous.phase == entry.phase => previous.last_transition_time.clone(),
+        _ => Some(Time(Timestamp::now())),
+    };
+    match index {
+        Some(i) => status.clusters[i] = entry,
+        None => status.clusters.push(entry),
+    }
+}
+
+/// The composition's phase from how a reconcile went on each of its targets: Failed if any
+/// target failed, Ready if every target is Ready, Progressing otherwise.
+pub(super) fn summarize(targets: impl IntoIterator<Item = Phase>) -> Phase {
+    let mut phase = Phase::Ready;
+    for target in targets {
+        match target {
+            Phase::Failed => return Phase::Failed,
+            Phase::Ready => {}
+            Phase::Progressing | Phase::Paused => phase = Phase::Progressing,
+        }
+    }
+    phase
+}
+
+/// The outcome of a reconcile, kstatus-style: Ready, plus Stalled when only a change of the
+/// composition can help or Reconciling while a retry is due; neither once Ready. The phase
+/// summarizes the `targets` reached.
+fn record_outcome(
+    status: &mut CompositionStatus,
+    targets: &[Phase],
+    result: &Result<Action, Error>,
+    generation: Option<i64>,
+) {
+    // A problem outside any one target (the chart, the values, the placement, a status write)
+    // fails the composition as a whole.
+    let failed = result.is_err().then_some(Phase::Failed);
+    status.phase = Some(summarize(targets.iter().copied().chain(failed)));
+    let conditions = &mut status.conditions;
+    match result {
+        Ok(_) => {
+            set_condition(
+                conditions,
+                "Installed",
+                true,
+                "Installed",
+                "the release is deployed",
+                generation,
+            );
+            set_condition(
+                conditions,
+                "Ready",
+                true,
+                "Ready",
+                "the release is deployed and up to date",
+                generation,
+            );
+            remove_condition(conditions, "Reconciling");
+            remove_condition(conditions, "Stalled");
+            status.observed_generation = generation;
+        }
+        Err(error) => record_error(status, error, generation),
+    }
+}
+
+/// Ready False with the error's reason; Stalled when only a change can help (the generation is
+/// then observed), else Reconciling while the retry is due.
+fn record_error(status: &mut CompositionStatus, error: &Error, generation: Option<i64>) {
+    let message = crate::runtime::error_message(error);
+    let conditions = &mut status.conditions;
+    let reason = error.reason();
+    set_condition(conditions, "Ready", false, reason, &message, generation);
+    if error.is_terminal() {
+        set_condition(conditions, "Stalled", true, reason, &message, generation);
+        remove_condition(conditions, "Reconciling");
+        status.observed_generation = generation;
+    } else {
+        let retrying = format!("retrying after {reason}");
+        set_condition(
+            conditions,
+            "Reconciling",
+            true,
+            "Retrying",
+            &retrying,
+            generation,
+        );
+        remove_condition(conditions, "Stalled");
+    }
+}
+
+/// Writes `status` by server-side apply on the status subresource, as the controller's own.
+async fn write_status(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    status: &CompositionStatus,
+) -> Result<(), Error> {
+    let types = object.types.clone().unwrap_or_default();
+    let patch = json!({"apiVersion": types.api_version, "kind": types.kind, "status": status});
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::Kube("write status", e))?;
+    Ok(())
+}
+
+/// An event when Ready changes status or reason, never on a plain resync.
+async fn publish_transition(
+    context: &Context,
+    object: &DynamicObject,
+    before: &CompositionStatus,
+    after: &CompositionStatus,
+) {
+    let old =
+        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
+    let Some(new) = find_condition(&after.conditions, "Ready") else {
+        return;
+    };
+    if new.status == "True" || old == Some((new.status.clone(), new.reason.clone())) {
+        return;
+    }
+    publish(
+        context,
+        object,
+        EventType::Warning,
+        &new.reason,
+        &new.message,
+    )
+    .await;
+}
+
+/// Publishes an event on `object`; its note is cut to the 1,000 characters an event allows. A
+/// failure is logged: an event is never worth failing a reconcile for.
+pub(super) async fn publish(
+    context: &Context,
+    object: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = context
+        .recorder
+        .publish(&event, &object.object_ref(&context.resource))
+        .await
+    {
+        tracing::warn!(%error, "cannot publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::composition::HelmStep;
+    use crate::composition::placement::LOCAL_CLUSTER;
+
+    fn types(status: &CompositionStatus) -> Vec<(&str, &str, &str)> {
+        status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn outcomes_follow_kstatus() {
+        let mut status = CompositionStatus::default();
+        let transient = Err(Error::DefinitionNotReady("team/app".into()));
+        record_outcome(&mut status, &[], &transient, Some(3));
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "False", "DefinitionNotReady"),
+                ("Reconciling", "True", "Retrying")
+            ]
+        );
+        assert_eq!(status.observed_generation, None, "a retry is still due");
+
+        let terminal = Err(Error::InvalidValues("/replicas: not an integer".into()));
+        record_outcome(&mut status, &[], &terminal, Some(4));
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "False", "InvalidValues"),
+                ("Stalled", "True", "InvalidValues")
+            ]
+        );
+        assert_eq!(status.observed_generation, Some(4));
+        assert_eq!(status.phase, Some(Phase::Failed));
+
+        record_outcome(
+            &mut status,
+            &[Phase::Ready],
+            &Ok(Action::await_change()),
+            Some(5),
+        );
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "True", "Ready"),
+                ("Installed", "True", "Installed")
+            ]
+        );
+        assert_eq!(status.observed_generation, Some(5));
+        assert_eq!(status.phase, Some(Phase::Ready));
+    }
+
+    #[test]
+    fn one_target_gives_the_composition_its_phase() {
+        for phase in [Phase::Ready, Phase::Failed, Phase::Progressing] {
+            assert_eq!(summarize([phase]), phase);
+        }
+    }
+
+    #[test]
+    fn any_failed_target_fails_the_composition_and_all_ready_make_it_ready() {
+        use Phase::{Failed, Progressing, Ready};
+        assert_eq!(summarize([Ready, Ready]), Ready);
+        assert_eq!(summarize([Ready, Progressing]), Progressing);
+        assert_eq!(summarize([Progressing, Failed, Ready]), Failed);
+        assert_eq!(summarize([Ready, Failed]), Failed);
+    }
+
+    #[test]
+    fn a_failed_reconcile_fails_the_composition_whatever_its_targets() {
+        let failed = Err(Error::Helm(HelmStep::Upgrade, crate::helm::Error::NotFound));
+        for targets in [&[][..], &[Phase::Failed], &[Phase::Ready]] {
+            let mut status = CompositionStatus::default();
+            record_outcome(&mut status, targets, &failed, Some(1));
+            assert_eq!(status.phase, Some(Phase::Failed), "{targets:?}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
+        let entry = |phase, revision| ClusterStatus {
+            name: LOCAL_CLUSTER.into(),
+            namespace: "team".into(),
+            release: "app".into(),
+            revision: Some(revision),
+            phase,
+            fingerprint: None,
+            message: String::new(),
+            last_transition_time: None,
+        };
+        let mut status = CompositionStatus::default();
+        record_cluster(&mut status, entry(Phase::Ready, 1));
+        let first = status.clusters[0].last_transition_time.clone();
+        assert!(first.is_some());
+        std::thread::sleep(Duration::from_millis(5));
+        record_cluster(&mut status, entry(Phase::Ready, 2));
+        assert_eq!(status.clusters.len(), 1);
+        assert_eq!(status.clusters[0].revision, Some(2));
+        assert_eq!(status.clusters[0].last_transition_time, first);
+        record_cluster(&mut status, entry(Phase::Failed, 2));
+        assert_ne!(status.clusters[0].last_transition_time, first);
+    }
+}
