@@ -7,6 +7,7 @@
 pub mod api;
 pub mod bundle;
 pub mod chart;
+pub mod clusters;
 pub mod commands;
 pub mod composition;
 pub mod crd;

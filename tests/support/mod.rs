@@ -494,3 +494,99 @@ pub async fn repo_password(client: &Client, namespace: &str) {
         .await
         .expect("create secret");
 }
+
+/// A second cluster: a control plane of its own (`e2e/testbed.sh up --control-plane-only` in a
+/// temporary directory), stopped by `e2e/testbed.sh down` when dropped, whether the test passed
+/// or not.
+pub struct Remote {
+    dir: tempfile::TempDir,
+}
+
+impl Remote {
+    /// Starts it; panics with the script's output if it does not come up.
+    pub fn up() -> Remote {
+        let dir = tempfile::Builder::new()
+            .prefix("compositor-remote.")
+            .tempdir_in("/tmp")
+            .expect("remote test bed dir");
+        let remote = Remote { dir };
+        let out = remote.testbed(&["up", "--control-plane-only"]);
+        assert!(
+            out.status.success(),
+            "the remote control plane did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        remote
+    }
+
+    fn testbed(&self, args: &[&str]) -> std::process::Output {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/testbed.sh");
+        Command::new(script)
+            .args(args)
+            .env("TESTBED_DIR", self.dir.path())
+            .output()
+            .expect("run e2e/testbed.sh")
+    }
+
+    /// The admin kubeconfig the test bed wrote.
+    pub fn admin_kubeconfig(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kubeconfig")).expect("remote kubeconfig")
+    }
+
+    /// A client with the admin credentials.
+    pub async fn client(&self) -> Client {
+        init_tls();
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.admin_kubeconfig())
+            .expect("remote kubeconfig");
+        let options = kube::config::KubeConfigOptions::default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .expect("remote config");
+        Client::try_from(config).expect("remote client")
+    }
+
+    fn pid(&self, process: &str) -> PathBuf {
+        self.dir.path().join("pids").join(process)
+    }
+
+    /// Kills the API server (SIGKILL: a crashed cluster; after SIGTERM it stops listening at once
+    /// but drains for a minute) and waits until it has exited. An exited process may linger as a
+    /// zombie (nothing reaps orphans here), so "exited" is: gone, or in state `Z`.
+    pub async fn stop_apiserver(&self) {
+        let pid = std::fs::read_to_string(self.pid("kube-apiserver")).expect("apiserver pid");
+        let pid = pid.trim().to_string();
+        let out = Command::new("kill").args(["-KILL", &pid]).output();
+        assert!(
+            out.is_ok_and(|out| out.status.success()),
+            "kill the remote apiserver"
+        );
+        let stat = PathBuf::from(format!("/proc/{pid}/stat"));
+        eventually(
+            "the remote apiserver exits",
+            Duration::from_secs(30),
+            || {
+                let exited = std::fs::read_to_string(&stat).map_or(true, |stat| {
+                    stat.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                });
+                async move { exited }
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let out = self.testbed(&["down"]);
+        if !out.status.success() {
+            eprintln!(
+                "stopping the remote control plane failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
