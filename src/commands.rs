@@ -151,6 +151,10 @@ pub struct RunArgs {
     /// Allow chart references to Secrets and ConfigMaps in other namespaces than the definition's.
     #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
     pub allow_cross_namespace_refs: bool,
+    /// Namespace of the Secrets that register remote clusters (default: the operator's own,
+    /// POD_NAMESPACE).
+    #[arg(long, env = "COMPOSITOR_CLUSTERS_NAMESPACE")]
+    pub clusters_namespace: Option<String>,
     /// Seconds between full resyncs of a definition.
     #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 120)]
     pub resync_seconds: u64,
@@ -208,6 +212,10 @@ pub struct RunArgs {
     pub leader_election_lease_seconds: u64,
 }
 
+/// Where cluster Secrets are looked for when neither the flag nor POD_NAMESPACE says: the
+/// namespace the chart's documentation installs into.
+const DEFAULT_CLUSTERS_NAMESPACE: &str = "compositor-system";
+
 /// `compositor run`: the operator.
 pub async fn run(args: RunArgs) -> Result<(), CommandError> {
     runtime::init_logging(args.log_format, args.debug);
@@ -235,6 +243,10 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
         resync: Duration::from_secs(args.resync_seconds),
         concurrency: args.concurrency,
         namespace: args.namespace,
+        clusters_namespace: args
+            .clusters_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| DEFAULT_CLUSTERS_NAMESPACE.to_string()),
     };
     let election = args.leader_elect.then(|| leader::Settings {
         namespace: args.leader_election_namespace.clone().unwrap_or_default(),
@@ -295,6 +307,18 @@ pub struct ControllerArgs {
     /// definition's (the operator passes it on when it runs with it).
     #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
     pub allow_cross_namespace_refs: bool,
+    /// Namespace of the Secrets that register remote clusters (the operator passes it when the
+    /// definition places beyond the management cluster).
+    #[arg(long, env = "COMPOSITOR_CLUSTERS_NAMESPACE")]
+    pub clusters_namespace: Option<String>,
+    /// How many times a deleted composition's release on an unreachable remote cluster is tried
+    /// before it is abandoned with an UninstallAbandoned event.
+    #[arg(
+        long,
+        env = "COMPOSITOR_REMOTE_UNINSTALL_ATTEMPTS",
+        default_value_t = 5
+    )]
+    pub remote_uninstall_attempts: u32,
     /// Compositions reconciled at once.
     #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
     pub workers: u16,
@@ -395,6 +419,8 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
         allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        clusters_namespace: args.clusters_namespace,
+        remote_uninstall_attempts: args.remote_uninstall_attempts,
     };
     let shutdown = shutdown();
     let readiness = Readiness::default();

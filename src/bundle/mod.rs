@@ -288,6 +288,9 @@ impl Controller {
         if self.allow_cross_namespace_refs {
             args.push("--allow-cross-namespace-refs");
         }
+        if let Some(namespace) = &self.permissions.clusters_namespace {
+            args.extend(["--clusters-namespace", namespace]);
+        }
         let probe =
             |path: &str| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": 10});
         serde_json::from_value(json!({

@@ -48,6 +48,10 @@ pub struct Permissions {
     pub secrets: BTreeSet<(String, String)>,
     /// CA bundle ConfigMaps the controller reads, as (namespace, name).
     pub config_maps: BTreeSet<(String, String)>,
+    /// Where the Secrets that register remote clusters are, when the definition places beyond
+    /// the local cluster: the controller watches them there (Kubernetes cannot limit a list or
+    /// a watch by label, so it may read every Secret of that namespace).
+    pub clusters_namespace: Option<String>,
 }
 
 impl Permissions {
@@ -102,6 +106,13 @@ impl Permissions {
             if namespace != definition_namespace {
                 by_namespace.entry(namespace).or_default().extend(rules);
             }
+        }
+        if let Some(namespace) = &self.clusters_namespace {
+            let clusters = rule("", ["secrets".to_string()], &["get", "list", "watch"]);
+            by_namespace
+                .entry(namespace.clone())
+                .or_default()
+                .push(clusters);
         }
         by_namespace
     }

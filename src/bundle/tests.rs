@@ -64,6 +64,7 @@ fn controller() -> Controller {
             owns_namespaces: false,
             secrets: [("demo".to_string(), "repo-password".to_string())].into(),
             config_maps: [("demo".to_string(), "repo-ca".to_string())].into(),
+            clusters_namespace: None,
         },
     }
 }
@@ -313,4 +314,22 @@ fn deployment_args(controller: &Controller) -> Vec<String> {
         .unwrap();
     let pod = bundle.deployment.spec.unwrap().template.spec.unwrap();
     pod.containers[0].args.clone().unwrap_or_default()
+}
+
+#[test]
+fn a_remote_placement_lets_the_controller_read_the_cluster_secrets_and_says_where() {
+    let mut controller = controller();
+    assert!(!deployment_args(&controller).contains(&"--clusters-namespace".to_string()));
+    controller.permissions.clusters_namespace = Some("compositor-system".into());
+    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
+    assert_eq!(
+        namespaced["compositor-system"],
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+    );
+    let args = deployment_args(&controller);
+    let at = args
+        .iter()
+        .position(|a| a == "--clusters-namespace")
+        .expect("flag");
+    assert_eq!(args[at + 1], "compositor-system");
 }

@@ -1,5 +1,12 @@
 //! Releases going away: a deleted composition's, on every target (with the namespace compositor
-//! created for it), and a renamed release's old one.
+//! created for it); those on clusters it is no longer placed on; and a renamed release's old one.
+//!
+//! A remote cluster that cannot be reached (or whose Secret is gone) must not hold a deletion
+//! forever: its uninstall is tried a bounded number of times, then abandoned with an
+//! `UninstallAbandoned` event naming the cluster and release.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
@@ -8,43 +15,177 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::placement::{self, Target};
+use super::placement::{self, LOCAL_CLUSTER, Target};
+use super::reach::Reach;
 use super::release::{helm_target, release_record};
-use super::status::publish;
+use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep};
 use crate::api::{
-    ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
+    ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Placement,
 };
 
-/// Deletion: uninstall the release from every target, then remove the namespace compositor
-/// created for it.
+/// Failed uninstall attempts per (composition UID, cluster), kept in memory: a restart starts
+/// counting again, which still ends.
+#[derive(Default)]
+pub(super) struct Attempts(Mutex<HashMap<(String, String), u32>>);
+
+impl Attempts {
+    /// Counts one more failure; the count so far.
+    fn failed(&self, uid: &str, cluster: &str) -> u32 {
+        let Ok(mut counts) = self.0.lock() else {
+            return u32::MAX;
+        };
+        let count = counts
+            .entry((uid.to_string(), cluster.to_string()))
+            .or_default();
+        *count += 1;
+        *count
+    }
+
+    fn forget(&self, uid: &str, cluster: &str) {
+        if let Ok(mut counts) = self.0.lock() {
+            counts.remove(&(uid.to_string(), cluster.to_string()));
+        }
+    }
+}
+
+/// Deletion: uninstall the release from every target — the clusters placed on now and those an
+/// entry says it is installed on — then remove the namespace compositor created for it there.
 pub(super) async fn cleanup(
     object: &DynamicObject,
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Action, Error> {
-    let targets = placement::targets(object, &definition.spec.placement)?;
-    let namespaces = Api::<Namespace>::all(context.client.clone());
-    for target in &targets {
-        if is_installed(context, &namespaces, target).await? {
-            let note = format!("release {} uninstalled", target.release);
-            uninstall(context, object, &target.namespace, &target.release, &note).await?;
-        }
-        if definition.spec.placement.namespace == NamespacePlacement::CompositionName {
-            delete_own_namespace(&namespaces, &target.namespace, object).await?;
+    let placement = &definition.spec.placement;
+    let clusters = context.selected_clusters(placement)?;
+    let mut targets = placement::targets(object, placement, &clusters)?;
+    for entry in &super::status::status_of(object).clusters {
+        if !targets.iter().any(|t| t.cluster == entry.name) {
+            targets.push(recorded_target(entry, placement));
         }
     }
+    let owns_namespace = placement.namespace == NamespacePlacement::CompositionName;
+    for target in &targets {
+        remove_bounded(object, context, target, owns_namespace).await?;
+    }
     Ok(Action::await_change())
+}
+
+/// Uninstalls the releases of clusters the composition is no longer placed on (its
+/// `clusterRef` moved, or a cluster's Secret went) and drops their entries.
+pub(super) async fn unplaced(
+    object: &DynamicObject,
+    context: &Context,
+    writer: &mut StatusWriter<'_>,
+    placed: &[Target],
+    placement: &Placement,
+) -> Result<(), Error> {
+    let gone: Vec<ClusterStatus> = writer
+        .entries()
+        .iter()
+        .filter(|entry| !placed.iter().any(|t| t.cluster == entry.name))
+        .cloned()
+        .collect();
+    let owns_namespace = placement.namespace == NamespacePlacement::CompositionName;
+    for entry in gone {
+        let target = recorded_target(&entry, placement);
+        remove_bounded(object, context, &target, owns_namespace).await?;
+        writer.forget(&entry.name);
+    }
+    Ok(())
+}
+
+/// The target an entry of `status.clusters` describes.
+fn recorded_target(entry: &ClusterStatus, placement: &Placement) -> Target {
+    let own = placement.namespace == NamespacePlacement::CompositionName;
+    Target {
+        cluster: entry.name.clone(),
+        namespace: entry.namespace.clone(),
+        release: entry.release.clone(),
+        creates_namespace: own && entry.name != LOCAL_CLUSTER,
+    }
+}
+
+/// Removes the target's release (and the namespace compositor created for it, when it
+/// `owns_namespace`). A remote cluster that fails is tried again (the error says why) until the
+/// attempts run out; then it is abandoned with an event.
+async fn remove_bounded(
+    object: &DynamicObject,
+    context: &Context,
+    target: &Target,
+    owns_namespace: bool,
+) -> Result<(), Error> {
+    let uid = object.uid().unwrap_or_default();
+    match remove(object, context, target, owns_namespace).await {
+        Ok(()) => {
+            context.uninstall_attempts.forget(&uid, &target.cluster);
+            Ok(())
+        }
+        Err(error) if target.cluster == LOCAL_CLUSTER => Err(error),
+        Err(error) => {
+            let attempts = context.uninstall_attempts.failed(&uid, &target.cluster);
+            if attempts < context.config.remote_uninstall_attempts {
+                return Err(error);
+            }
+            context.uninstall_attempts.forget(&uid, &target.cluster);
+            let note = format!(
+                "release {} on cluster {} abandoned after {attempts} attempts: {}",
+                target.release,
+                target.cluster,
+                crate::runtime::error_message(&error)
+            );
+            publish(
+                context,
+                object,
+                EventType::Warning,
+                "UninstallAbandoned",
+                &note,
+            )
+            .await;
+            Ok(())
+        }
+    }
+}
+
+/// Uninstalls the target's release if Helm has a record of it, then deletes the namespace
+/// compositor created for the composition there.
+async fn remove(
+    object: &DynamicObject,
+    context: &Context,
+    target: &Target,
+    owns_namespace: bool,
+) -> Result<(), Error> {
+    let reach = context.reach(&target.cluster).await?;
+    let namespaces = Api::<Namespace>::all(reach.client.clone());
+    if is_installed(&reach, &namespaces, target).await? {
+        let note = format!(
+            "release {} uninstalled from cluster {}",
+            target.release, target.cluster
+        );
+        uninstall(
+            context,
+            &reach,
+            object,
+            &target.namespace,
+            &target.release,
+            &note,
+        )
+        .await?;
+    }
+    if owns_namespace {
+        delete_own_namespace(&namespaces, &target.namespace, object).await?;
+    }
+    Ok(())
 }
 
 /// Whether Helm has a record of the target's release. A release whose records cannot be read
 /// in a namespace that does not exist was never installed.
 async fn is_installed(
-    context: &Context,
+    reach: &Reach,
     namespaces: &Api<Namespace>,
     target: &Target,
 ) -> Result<bool, Error> {
-    match release_record(context, target).await {
+    match release_record(reach, target).await {
         Ok(record) => Ok(record.is_some()),
         Err(Error::AccessPending(namespace)) => match namespaces.get_opt(&namespace).await {
             Ok(None) => Ok(false),
@@ -58,25 +199,21 @@ async fn is_installed(
 /// the old one goes, as it would with `helm` by hand.
 pub(super) async fn replaced(
     context: &Context,
+    reach: &Reach,
     object: &DynamicObject,
     previous: &ClusterStatus,
     current: &str,
 ) -> Result<(), Error> {
     let note = format!("release {} replaced by {current}", previous.release);
-    uninstall(
-        context,
-        object,
-        &previous.namespace,
-        &previous.release,
-        &note,
-    )
-    .await
+    let (namespace, release) = (&previous.namespace, &previous.release);
+    uninstall(context, reach, object, namespace, release, &note).await
 }
 
 /// Uninstalls `release` from `namespace`, with an event saying `note` when it was there (a
 /// release that is gone already is fine).
 async fn uninstall(
     context: &Context,
+    reach: &Reach,
     object: &DynamicObject,
     namespace: &str,
     release: &str,
@@ -84,7 +221,7 @@ async fn uninstall(
 ) -> Result<(), Error> {
     let existed = context
         .helm
-        .uninstall(&helm_target(context, namespace)?, release)
+        .uninstall(&helm_target(reach, namespace)?, release)
         .await
         .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
     if existed {

@@ -46,6 +46,14 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API request failed ({0})")]
     Kube(&'static str, #[source] kube::Error),
+    /// A target cluster is not registered, its Secret is unusable, or it does not answer.
+    #[error(transparent)]
+    Cluster(#[from] crate::clusters::Error),
+    /// `spec.clusterRef` names a cluster the definition's placement does not select.
+    #[error(
+        "spec.clusterRef.name {0:?} is not one of the clusters this definition places on ({1})"
+    )]
+    ClusterNotPlaced(String, String),
     /// The finalizer helper failed.
     #[error("finalizer failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -79,6 +87,8 @@ impl Error {
             Error::Kubeconfig(_) => "CredentialsUnusable",
             Error::Schema(_) => "InvalidSchema",
             Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
+            Error::Cluster(error) => error.reason(),
+            Error::ClusterNotPlaced(..) => "ClusterNotPlaced",
         }
     }
 
@@ -91,6 +101,7 @@ impl Error {
                 | Error::Render(_)
                 | Error::Manifest(_)
                 | Error::PermissionsMissing(_)
+                | Error::ClusterNotPlaced(..)
         )
     }
 

@@ -16,6 +16,7 @@ mod handover;
 mod inputs;
 mod kubeconfig;
 mod placement;
+mod reach;
 mod release;
 mod status;
 mod values;
@@ -66,6 +67,12 @@ pub struct Config {
     /// Whether the chart source may name Secrets and ConfigMaps in other namespaces than the
     /// definition's (as the operator allows).
     pub allow_cross_namespace_refs: bool,
+    /// Namespace of the Secrets that register remote clusters, when the definition places
+    /// beyond the management cluster.
+    pub clusters_namespace: Option<String>,
+    /// How many times a deleted composition's release on an unreachable cluster is tried
+    /// before it is abandoned with an event, so that deletion never hangs.
+    pub remote_uninstall_attempts: u32,
 }
 
 /// What every reconcile shares.
@@ -79,7 +86,10 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     resource: ApiResource,
-    kinds: access::Kinds,
+    kinds: Arc<access::Kinds>,
+    clusters: Option<crate::clusters::Registry>,
+    remotes: reach::Remotes,
+    uninstall_attempts: cleanup::Attempts,
 }
 
 impl Context {
@@ -111,8 +121,15 @@ impl Context {
             controller: format!("compositor-{}-{}", config.resource, config.version),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let clusters = match &config.clusters_namespace {
+            Some(namespace) => Some(registry(&client, namespace, &kube_config).await?),
+            None => None,
+        };
         Ok(Context {
             recorder: Recorder::new(client.clone(), reporter),
+            clusters,
+            remotes: reach::Remotes::default(),
+            uninstall_attempts: cleanup::Attempts::default(),
             client,
             kube_config,
             config,
@@ -121,9 +138,28 @@ impl Context {
             cache,
             metrics,
             resource,
-            kinds: access::Kinds::default(),
+            kinds: Arc::default(),
         })
     }
+}
+
+/// How long the cluster Secrets may take to be listed at start.
+const REGISTRY_START: Duration = Duration::from_secs(30);
+
+/// The cluster registry of `namespace`, once it has listed the Secrets there: a registry that
+/// has not yet would make registered clusters look unplaced, and their releases removed.
+async fn registry(
+    client: &Client,
+    namespace: &str,
+    kube_config: &kube::Config,
+) -> Result<crate::clusters::Registry, String> {
+    let registry = crate::clusters::Registry::new(client.clone(), namespace, kube_config.clone());
+    tokio::time::timeout(REGISTRY_START, registry.ready())
+        .await
+        .map_err(|_| {
+            format!("the cluster Secrets in namespace {namespace} were not listed within {REGISTRY_START:?}")
+        })?;
+    Ok(registry)
 }
 
 /// The ApiResource of `plural` in `group`/`version`, by discovery.
@@ -347,8 +383,9 @@ async fn apply(
     writer.finish(context, result).await
 }
 
-/// Inputs → placement → the release on each target, each target's outcome recorded. The first
-/// failing target ends the reconcile, as any other problem does.
+/// Inputs → placement → the release on each target, each target's outcome recorded; a target
+/// that fails does not hold back the others, and the first failure is the reconcile's. Targets
+/// no longer placed lose their release.
 async fn install(
     object: &DynamicObject,
     definition: &CompositionDefinition,
@@ -357,22 +394,57 @@ async fn install(
 ) -> Result<Action, Error> {
     let chart = inputs::fetch_chart(definition, context).await?;
     let values = inputs::checked_values(object, &chart)?;
-    for target in &placement::targets(object, &definition.spec.placement)? {
-        let release = Release {
-            context,
-            object,
-            chart: &chart,
-            values: &values,
-            target,
-        };
-        match release.reconcile(writer).await {
-            Ok(Outcome::UpToDate) => writer.record_target(Phase::Ready, None),
+    let placement = &definition.spec.placement;
+    let clusters = context.selected_clusters(placement)?;
+    let targets = placement::targets(object, placement, &clusters)?;
+    let mut first_failure = None;
+    for target in &targets {
+        let outcome = release_on(object, context, &chart, &values, target, writer).await;
+        let recorded = writer.recorded(&target.cluster);
+        match outcome {
+            Ok(Outcome::UpToDate) => {
+                let entry = placement::recovered_entry(recorded);
+                writer.record_target(Phase::Ready, entry);
+            }
             Ok(Outcome::Released(entry)) => writer.record_target(Phase::Ready, Some(entry)),
             Err(Failure { error, entry }) => {
-                writer.record_target(Phase::Failed, entry);
-                return Err(error);
+                let entry =
+                    entry.unwrap_or_else(|| placement::failed_entry(target, &error, recorded));
+                writer.record_target(Phase::Failed, Some(entry));
+                first_failure.get_or_insert(error);
             }
         }
     }
-    Ok(Action::requeue(context.config.resync))
+    cleanup::unplaced(object, context, writer, &targets, placement).await?;
+    match first_failure {
+        Some(error) => Err(error),
+        None => Ok(Action::requeue(context.config.resync)),
+    }
+}
+
+/// The release on one target, once its cluster is reached.
+async fn release_on(
+    object: &DynamicObject,
+    context: &Context,
+    chart: &crate::chart::Fetched,
+    values: &serde_json::Value,
+    target: &placement::Target,
+    writer: &mut StatusWriter<'_>,
+) -> Result<Outcome, Failure> {
+    let reach = context.reach(&target.cluster).await?;
+    let release = Release {
+        context,
+        object,
+        chart,
+        values,
+        target,
+        reach: &reach,
+    };
+    release
+        .reconcile(writer)
+        .await
+        .map_err(|Failure { error, entry }| Failure {
+            error: reach.blame(error),
+            entry,
+        })
 }

@@ -1,13 +1,14 @@
-//! Where a composition's release goes: one [`Target`] per cluster, each with the release's
-//! namespace and name there. Today every composition has one target, the management cluster;
-//! more clusters mean more targets, and every caller already handles each target on its own.
+//! Where a composition's release goes: one [`Target`] per cluster the definition places on
+//! (narrowed to one by `spec.clusterRef.name`), each with the release's namespace and name
+//! there. Pure: which clusters exist is the caller's to say.
 
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 
 use super::Error;
 use super::values::release_name;
-use crate::api::{NamespacePlacement, Placement, RELEASE_NAME_ANNOTATION};
+use crate::api::{ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION};
+use crate::crd::CLUSTER_REF;
 
 /// Name of the management cluster in `status.clusters`.
 pub const LOCAL_CLUSTER: &str = "local";
@@ -21,13 +22,22 @@ pub struct Target {
     pub namespace: String,
     /// Helm release name.
     pub release: String,
+    /// Whether the controller creates the namespace there (and deletes it with the release):
+    /// a namespace of its own on a remote cluster; on the management cluster the operator
+    /// creates it.
+    pub creates_namespace: bool,
 }
 
-/// The targets of `object` under the definition's `placement`: the management cluster, with the
-/// composition's namespace (or its name, for a namespace of its own) and the release named by
-/// the `compositor.dev/release-name` annotation, else after the object. A release name Helm
-/// would refuse is an error here, before any Helm call.
-pub fn targets(object: &DynamicObject, placement: &Placement) -> Result<Vec<Target>, Error> {
+/// The targets of `object` under the definition's `placement`, one per cluster of `clusters`
+/// (the ones the placement selects), or only the one `spec.clusterRef.name` names. The namespace
+/// is the composition's, or its name for a namespace of its own; the release is named by the
+/// `compositor.dev/release-name` annotation, else after the object. A release name Helm would
+/// refuse is an error here, before any Helm call.
+pub fn targets(
+    object: &DynamicObject,
+    placement: &Placement,
+    clusters: &[String],
+) -> Result<Vec<Target>, Error> {
     let release = release_name(
         object
             .annotations()
@@ -36,15 +46,60 @@ pub fn targets(object: &DynamicObject, placement: &Placement) -> Result<Vec<Targ
         &object.name_any(),
     )
     .map_err(Error::ReleaseName)?;
-    let namespace = match placement.namespace {
-        NamespacePlacement::Composition => object.namespace().unwrap_or_default(),
-        NamespacePlacement::CompositionName => object.name_any(),
+    let own_namespace = placement.namespace == NamespacePlacement::CompositionName;
+    let namespace = match own_namespace {
+        true => object.name_any(),
+        false => object.namespace().unwrap_or_default(),
     };
-    Ok(vec![Target {
-        cluster: LOCAL_CLUSTER.to_string(),
-        namespace,
-        release,
-    }])
+    let chosen = object.data["spec"][CLUSTER_REF]["name"].as_str();
+    if let Some(name) = chosen
+        && !clusters.iter().any(|cluster| cluster == name)
+    {
+        return Err(Error::ClusterNotPlaced(
+            name.to_string(),
+            clusters.join(", "),
+        ));
+    }
+    Ok(clusters
+        .iter()
+        .filter(|cluster| chosen.is_none_or(|name| name == cluster.as_str()))
+        .map(|cluster| Target {
+            cluster: cluster.clone(),
+            namespace: namespace.clone(),
+            release: release.clone(),
+            creates_namespace: own_namespace && cluster != LOCAL_CLUSTER,
+        })
+        .collect())
+}
+
+/// The entry of a target whose release failed before Helm wrote anything: what was recorded
+/// as installed there stays, with the failure.
+pub fn failed_entry(
+    target: &Target,
+    error: &Error,
+    recorded: Option<&ClusterStatus>,
+) -> ClusterStatus {
+    ClusterStatus {
+        name: target.cluster.clone(),
+        namespace: target.namespace.clone(),
+        release: target.release.clone(),
+        revision: recorded.and_then(|c| c.revision),
+        phase: Phase::Failed,
+        fingerprint: recorded.and_then(|c| c.fingerprint.clone()),
+        message: crate::runtime::error_message(error),
+        last_transition_time: None,
+    }
+}
+
+/// The entry of a target whose release is up to date, once it had failed: Ready again.
+pub fn recovered_entry(recorded: Option<&ClusterStatus>) -> Option<ClusterStatus> {
+    recorded
+        .filter(|c| c.phase != Phase::Ready)
+        .map(|c| ClusterStatus {
+            phase: Phase::Ready,
+            message: String::new(),
+            ..c.clone()
+        })
 }
 
 #[cfg(test)]
@@ -78,7 +133,12 @@ mod tests {
             cluster: LOCAL_CLUSTER.into(),
             namespace: namespace.into(),
             release: release.into(),
+            creates_namespace: false,
         }
+    }
+
+    fn local() -> Vec<String> {
+        vec![LOCAL_CLUSTER.to_string()]
     }
 
     #[test]
@@ -86,6 +146,7 @@ mod tests {
         let targets = targets(
             &composition("web", None),
             &placement(NamespacePlacement::Composition),
+            &local(),
         );
         assert_eq!(targets.ok(), Some(vec![target("team", "web")]));
     }
@@ -95,6 +156,7 @@ mod tests {
         let targets = targets(
             &composition("web", None),
             &placement(NamespacePlacement::CompositionName),
+            &local(),
         );
         assert_eq!(targets.ok(), Some(vec![target("web", "web")]));
     }
@@ -103,9 +165,9 @@ mod tests {
     fn the_annotation_names_the_release_unless_empty() {
         let composition = |release| composition("web", Some(release));
         let placement = placement(NamespacePlacement::Composition);
-        let named = targets(&composition("shop"), &placement);
+        let named = targets(&composition("shop"), &placement, &local());
         assert_eq!(named.ok(), Some(vec![target("team", "shop")]));
-        let empty = targets(&composition(""), &placement);
+        let empty = targets(&composition(""), &placement, &local());
         assert_eq!(empty.ok(), Some(vec![target("team", "web")]));
     }
 
@@ -115,9 +177,43 @@ mod tests {
         let refused = targets(
             &composition("web", Some(&long)),
             &placement(NamespacePlacement::Composition),
+            &local(),
         );
         assert!(
             matches!(&refused, Err(Error::ReleaseName(message)) if message.contains("53")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn one_target_per_cluster_and_remote_namespaces_of_their_own_are_the_controllers() {
+        let clusters = vec![LOCAL_CLUSTER.to_string(), "edge".to_string()];
+        let all = targets(
+            &composition("web", None),
+            &placement(NamespacePlacement::CompositionName),
+            &clusters,
+        )
+        .expect("targets");
+        let made: Vec<(&str, bool)> = all
+            .iter()
+            .map(|t| (t.cluster.as_str(), t.creates_namespace))
+            .collect();
+        assert_eq!(made, [(LOCAL_CLUSTER, false), ("edge", true)]);
+    }
+
+    #[test]
+    fn cluster_ref_narrows_to_one_placed_cluster_and_refuses_another() {
+        let clusters = vec![LOCAL_CLUSTER.to_string(), "edge".to_string()];
+        let mut object = composition("web", None);
+        object.data = serde_json::json!({"spec": {"clusterRef": {"name": "edge"}}});
+        let placement = placement(NamespacePlacement::Composition);
+        let narrowed = targets(&object, &placement, &clusters).expect("targets");
+        assert_eq!(narrowed.len(), 1);
+        assert_eq!(narrowed[0].cluster, "edge");
+        object.data = serde_json::json!({"spec": {"clusterRef": {"name": "moon"}}});
+        let refused = targets(&object, &placement, &clusters);
+        assert!(
+            matches!(&refused, Err(Error::ClusterNotPlaced(name, _)) if name == "moon"),
             "{refused:?}"
         );
     }

@@ -14,6 +14,7 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use super::placement::Target;
+use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint, kubeconfig_for};
 use crate::api::{ClusterStatus, CompositionChart, Phase, ResourceRef};
@@ -35,6 +36,8 @@ pub(super) struct Release<'a> {
     pub values: &'a Value,
     /// Where the release goes.
     pub target: &'a Target,
+    /// How the target's cluster is reached.
+    pub reach: &'a Reach,
 }
 
 /// How a target's release ended, when nothing failed.
@@ -75,7 +78,7 @@ impl Release<'_> {
         );
         let recorded = writer.recorded(&self.target.cluster).cloned();
         // Helm's own records, read without a `helm` process.
-        let live = release_record(self.context, self.target).await?;
+        let live = release_record(self.reach, self.target).await?;
         if self
             .is_up_to_date(
                 recorded.as_ref(),
@@ -94,7 +97,10 @@ impl Release<'_> {
             digest: self.chart.digest.clone(),
         };
         writer.rendered(chart, kept_resources(&documents));
-        let helm_target = helm_target(self.context, &self.target.namespace)?;
+        let helm_target = helm_target(self.reach, &self.target.namespace)?;
+        if self.target.creates_namespace {
+            create_namespace(self.reach, &self.target.namespace, self.object).await?;
+        }
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
         // A Helm write may take minutes; say so first.
         writer
@@ -136,7 +142,7 @@ impl Release<'_> {
         {
             return Ok(false);
         }
-        resources_exist(&self.context.client, resources, &self.target.namespace).await
+        resources_exist(&self.reach.client, resources, &self.target.namespace).await
     }
 
     /// The objects Helm would write, as `helm template` renders them.
@@ -161,7 +167,7 @@ impl Release<'_> {
         let context = self.context;
         let namespace = &self.target.namespace;
         let (denied, unserved) =
-            access::denials(&context.client, &context.kinds, documents, namespace)
+            access::denials(&self.reach.client, &self.reach.kinds, documents, namespace)
                 .await
                 .map_err(|e| Error::Kube("access review", e))?;
         if denied.is_empty() && unserved.is_empty() {
@@ -230,7 +236,8 @@ impl Release<'_> {
             }
         };
         if let Some(previous) = recorded.filter(|c| c.release != self.target.release) {
-            cleanup::replaced(self.context, self.object, &previous, &self.target.release).await?;
+            let (context, reach, object) = (self.context, self.reach, self.object);
+            cleanup::replaced(context, reach, object, &previous, &self.target.release).await?;
         }
         let revision = i64::try_from(release.revision).ok();
         let entry = self.entry(Phase::Ready, revision, Some(fingerprint), String::new());
@@ -318,21 +325,40 @@ async fn recover(context: &Context, target: &helm::Target, release: &str) -> Res
     }
 }
 
-/// Helm's view of `namespace`, with this controller's own credentials.
-pub(super) fn helm_target(context: &Context, namespace: &str) -> Result<helm::Target, Error> {
+/// Helm's view of `namespace` on the reached cluster, with the identity that installs there.
+pub(super) fn helm_target(reach: &Reach, namespace: &str) -> Result<helm::Target, Error> {
     Ok(helm::Target::new(
-        kubeconfig_for(&context.kube_config, namespace)?,
+        kubeconfig_for(&reach.config, namespace)?,
         namespace,
     ))
+}
+
+/// Creates the release's namespace on a remote cluster, annotated as made for `object` so that
+/// it goes with the release (and only then); one that exists already is left as it is.
+async fn create_namespace(reach: &Reach, name: &str, object: &DynamicObject) -> Result<(), Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::ResourceExt;
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "annotations": {
+            crate::api::NAMESPACE_OWNER_ANNOTATION: object.uid().unwrap_or_default(),
+        }},
+    }))
+    .map_err(|e| Error::Kube("describe the release namespace", kube::Error::SerdeError(e)))?;
+    let namespaces = Api::<Namespace>::all(reach.client.clone());
+    match namespaces.create(&Default::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(Error::Kube("create the release namespace", error)),
+    }
 }
 
 /// Helm's latest record of the target's release, read without a `helm` process; a refusal
 /// means the operator has not granted the release namespace yet.
 pub(super) async fn release_record(
-    context: &Context,
+    reach: &Reach,
     target: &Target,
 ) -> Result<Option<Record>, Error> {
-    match helm::latest_record(&context.client, &target.namespace, &target.release).await {
+    match helm::latest_record(&reach.client, &target.namespace, &target.release).await {
         Err(kube::Error::Api(status)) if status.code == 403 => {
             Err(Error::AccessPending(target.namespace.clone()))
         }

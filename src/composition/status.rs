@@ -54,6 +54,16 @@ impl<'a> StatusWriter<'a> {
         self.status.clusters.iter().find(|c| c.name == cluster)
     }
 
+    /// Every cluster's entry recorded so far.
+    pub(super) fn entries(&self) -> &[ClusterStatus] {
+        &self.status.clusters
+    }
+
+    /// Drops the entry of `cluster`, whose release is gone.
+    pub(super) fn forget(&mut self, cluster: &str) {
+        self.status.clusters.retain(|c| c.name != cluster);
+    }
+
     /// The objects the release keeps, as last rendered.
     pub(super) fn resources(&self) -> &[ResourceRef] {
         &self.status.resources

@@ -29,7 +29,7 @@ pub struct BuildOptions {
     pub convert: ConvertOptions,
     /// Budget of one version's schema in bytes (see [`DEFAULT_MAX_VERSION_BYTES`]).
     pub max_version_bytes: usize,
-    /// Add the optional `spec.clusterRef` (the kubeconfig Secret of a remote target), for
+    /// Add the optional `spec.clusterRef` (one cluster among those placed on), for
     /// definitions that place compositions on registered clusters.
     pub cluster_ref: bool,
 }
@@ -161,7 +161,7 @@ pub fn merge_version(crd: &mut CustomResourceDefinition, version: CustomResource
     }
 }
 
-/// Adds `spec.clusterRef: {name, key}`; a chart that declares its own top-level `clusterRef`
+/// Adds `spec.clusterRef: {name}`; a chart that declares its own top-level `clusterRef`
 /// cannot get it, because the key would be both a Helm value and compositor's.
 fn add_cluster_ref(spec: &mut JSONSchemaProps) -> Result<(), Error> {
     let properties = spec.properties.get_or_insert_with(BTreeMap::new);
@@ -180,13 +180,14 @@ fn add_cluster_ref(spec: &mut JSONSchemaProps) -> Result<(), Error> {
         JSONSchemaProps {
             type_: Some("object".to_owned()),
             description: Some(
-                "The registered cluster to install on: its kubeconfig Secret. Not passed to the chart."
+                "Install on this one cluster only, among those the definition places on. Not passed \
+                 to the chart."
                     .to_owned(),
             ),
-            properties: Some(BTreeMap::from([
-                ("name".to_owned(), string("Name of the kubeconfig Secret.")),
-                ("key".to_owned(), string("Key of the kubeconfig in the Secret.")),
-            ])),
+            properties: Some(BTreeMap::from([(
+                "name".to_owned(),
+                string("The cluster: `local`, or the name of its registration Secret."),
+            )])),
             required: Some(vec!["name".to_owned()]),
             ..Default::default()
         },

@@ -33,9 +33,9 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::api::{
-    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, DEFINITION_LABEL,
-    DefinitionVersion, DeletionPolicy, FINALIZER, NamespacePlacement, OWNER_ANNOTATION,
-    ResolvedChart, find_condition, is_paused, set_condition,
+    ClusterPlacement, CompositionDefinition, CompositionDefinitionStatus, CrdStatus,
+    DEFINITION_LABEL, DefinitionVersion, DeletionPolicy, FINALIZER, NamespacePlacement,
+    OWNER_ANNOTATION, ResolvedChart, find_condition, is_paused, set_condition,
 };
 use crate::bundle::{
     self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
@@ -133,6 +133,9 @@ pub struct Config {
     pub concurrency: u16,
     /// Watch only this namespace (all when `None`).
     pub namespace: Option<String>,
+    /// Namespace of the Secrets that register remote clusters; controllers of definitions that
+    /// place remotely may read them there.
+    pub clusters_namespace: String,
 }
 
 /// What every reconcile shares.
@@ -573,6 +576,8 @@ async fn converge(
             image: context.config.controller_image.clone(),
             allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
             permissions: Permissions {
+                clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
+                    .then(|| context.config.clusters_namespace.clone()),
                 footprint: footprint.footprint.clone(),
                 releases: used.releases(placement),
                 listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
@@ -745,7 +750,7 @@ fn build_options(definition: &CompositionDefinition) -> BuildOptions {
             apply_defaults: definition.spec.schema.apply_defaults,
         },
         // Remote placements let a composition name its cluster.
-        cluster_ref: definition.spec.placement.clusters != crate::api::ClusterPlacement::Local,
+        cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
         ..BuildOptions::default()
     }
 }

@@ -1,0 +1,316 @@
+//! Compositions on every registered cluster: the test bed and a second control plane started
+//! here, a definition placing `AllClusters` + `CompositionName`, its controller run with exactly
+//! the RBAC the operator gave it, and the remote reached with the identity its Secret gives.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use compositor::api::{CompositionDefinition, find_condition};
+use support::{Process, Remote};
+
+/// The remote cluster's name: its Secret's.
+const EDGE: &str = "edge";
+
+struct Rollout {
+    client: Client,
+    api_version: String,
+    remote: Client,
+    namespace: String,
+    compositions: Api<DynamicObject>,
+    controller: Process,
+    _operator: Process,
+}
+
+impl Rollout {
+    /// Registers `remote` in a namespace of its own, applies a definition of the `plain` chart
+    /// there placing on every cluster, and runs its controller.
+    async fn new(remote: &Remote) -> Rollout {
+        let client = support::client().await;
+        support::install_crds(&client).await;
+        let namespace = support::namespace(&client, "rollout").await;
+        support::repo_password(&client, &namespace).await;
+        let registration: Secret = serde_json::from_value(json!({
+            "metadata": {"name": EDGE, "labels": {"compositor.dev/cluster": "true"}},
+            "stringData": {"kubeconfig": remote.admin_kubeconfig()},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &registration)
+            .await
+            .expect("register the remote cluster");
+        let cache = std::env::temp_dir().join(support::unique("chart-cache"));
+        let operator = Process::start(&[
+            "run",
+            "--namespace",
+            &namespace,
+            "--clusters-namespace",
+            &namespace,
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--controller-image",
+            "compositor:test",
+        ]);
+        let group = format!("{namespace}.compositor.dev");
+        let definition: CompositionDefinition = serde_json::from_value(json!({
+            "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+            "metadata": {"name": "plain"},
+            "spec": {
+                "chart": {
+                    "url": format!("{}/plain-0.1.0.tgz", support::env("COMPOSITOR_TEST_REPO_URL")),
+                    "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                                    "passwordRef": {"name": "repo-password", "key": "password"}},
+                },
+                "names": {"group": &group},
+                "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
+            }
+        }))
+        .unwrap();
+        let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+        definitions
+            .create(&PostParams::default(), &definition)
+            .await
+            .expect("create definition");
+        support::eventually(
+            "the definition is Ready",
+            Duration::from_secs(60),
+            || async {
+                let definition = definitions.get("plain").await.expect("definition");
+                let conditions = definition.status.unwrap_or_default().conditions;
+                find_condition(&conditions, "Ready").is_some_and(|c| c.status == "True")
+            },
+        )
+        .await;
+        let controller_cache = std::env::temp_dir().join(support::unique("controller-cache"));
+        let controller = support::run_deployment(
+            &client,
+            &namespace,
+            "plains-v0-1-0-controller",
+            &[
+                "--metrics-address",
+                "127.0.0.1:0",
+                "--cache-dir",
+                controller_cache.to_str().unwrap(),
+                "--remote-uninstall-attempts",
+                "2",
+            ],
+        )
+        .await;
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&group, "v0-1-0", "Plain"),
+            "plains",
+        );
+        Rollout {
+            api_version: format!("{group}/v0-1-0"),
+            remote: remote.client().await,
+            compositions: Api::namespaced_with(client.clone(), &namespace, &resource),
+            client,
+            namespace,
+            controller,
+            _operator: operator,
+        }
+    }
+
+    async fn create(&self, name: &str, spec: Value) {
+        let composition: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": self.api_version,
+            "kind": "Plain", "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap();
+        self.compositions
+            .create(&PostParams::default(), &composition)
+            .await
+            .expect("create composition");
+    }
+
+    /// Waits until `check` holds for the composition's status; panics with it and the
+    /// controller's log otherwise.
+    async fn wait(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let mut last = Value::Null;
+        for _ in 0..240 {
+            if let Some(object) = self.compositions.get_opt(name).await.unwrap() {
+                last = object.data["status"].clone();
+                if check(&last) {
+                    return last;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!(
+            "{name}: {what} never held; status {last:#}\ncontroller:\n{}",
+            self.controller.output()
+        );
+    }
+}
+
+/// The phase of each cluster's entry, by cluster name.
+fn phases(status: &Value) -> Vec<(String, String)> {
+    let mut phases: Vec<(String, String)> = status["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let field = |key: &str| c[key].as_str().unwrap_or_default().to_string();
+            (field("name"), field("phase"))
+        })
+        .collect();
+    phases.sort();
+    phases
+}
+
+fn all_ready(clusters: &[&str]) -> impl Fn(&Value) -> bool {
+    let expected: Vec<(String, String)> = clusters
+        .iter()
+        .map(|c| (c.to_string(), "Ready".to_string()))
+        .collect();
+    move |status| status["phase"] == "Ready" && phases(status) == expected
+}
+
+/// The `plain` chart's ConfigMap of release `name`, in namespace `name`, on `client`'s cluster.
+async fn installed(client: &Client, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), name)
+        .get_opt(&format!("{name}-plain"))
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn namespace_going(client: &Client, name: &str) -> bool {
+    Api::<Namespace>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+}
+
+#[tokio::test]
+async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_nothing_else() {
+    let remote = Remote::up();
+    let rollout = Rollout::new(&remote).await;
+    let acme = support::unique("acme");
+
+    // Every cluster: the local one and the registered one, each with its own entry.
+    rollout.create(&acme, json!({"message": "hello"})).await;
+    let status = rollout
+        .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+    assert_eq!(status["clusters"][0]["namespace"], json!(acme), "{status}");
+    assert!(
+        installed(&rollout.client, &acme).await.is_some(),
+        "release on local"
+    );
+    assert!(
+        installed(&rollout.remote, &acme).await.is_some(),
+        "release on edge"
+    );
+    let remote_namespace = Api::<Namespace>::all(rollout.remote.clone())
+        .get(&acme)
+        .await
+        .expect("the namespace the controller created on edge");
+    assert!(
+        remote_namespace
+            .annotations()
+            .contains_key("compositor.dev/created-for")
+    );
+
+    // clusterRef narrows to one cluster, and the other loses its release and namespace.
+    let narrow = json!({"spec": {"clusterRef": {"name": "local"}}});
+    rollout
+        .compositions
+        .patch(&acme, &PatchParams::default(), &Patch::Merge(narrow))
+        .await
+        .expect("narrow to local");
+    rollout
+        .wait(&acme, "Ready on local only", all_ready(&["local"]))
+        .await;
+    assert!(
+        installed(&rollout.remote, &acme).await.is_none(),
+        "gone from edge"
+    );
+    assert!(
+        namespace_going(&rollout.remote, &acme).await,
+        "its namespace too"
+    );
+
+    // A dead cluster fails only its own entry; a composition placed on local alone converges
+    // as it would without it.
+    remote.stop_apiserver().await;
+    let local_only = support::unique("solo");
+    let started = Instant::now();
+    rollout
+        .create(&local_only, json!({"clusterRef": {"name": "local"}}))
+        .await;
+    rollout
+        .wait(&local_only, "Ready on local", all_ready(&["local"]))
+        .await;
+    eprintln!(
+        "a local-only composition with a dead cluster registered: Ready in {:?}",
+        started.elapsed()
+    );
+    let beta = support::unique("beta");
+    rollout.create(&beta, json!({})).await;
+    let status = rollout
+        .wait(&beta, "Ready on local, Failed on edge", |status| {
+            phases(status)
+                == [
+                    (EDGE.to_string(), "Failed".to_string()),
+                    ("local".to_string(), "Ready".to_string()),
+                ]
+        })
+        .await;
+    assert_eq!(status["phase"], "Failed", "{status}");
+    let edge = status["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == EDGE)
+        .expect("the edge entry");
+    assert!(
+        edge["message"].as_str().unwrap_or_default().contains(EDGE),
+        "the failure names the cluster: {edge}"
+    );
+    assert!(installed(&rollout.client, &beta).await.is_some());
+
+    // Deleting with the remote down finishes after the bounded attempts, with an event.
+    rollout
+        .compositions
+        .delete(&beta, &Default::default())
+        .await
+        .expect("delete beta");
+    support::eventually(
+        "beta is deleted although edge is down",
+        Duration::from_secs(90),
+        || async { rollout.compositions.get_opt(&beta).await.unwrap().is_none() },
+    )
+    .await;
+    let abandoned: Vec<String> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        rollout.client.clone(),
+        &rollout.namespace,
+    )
+    .list(&ListParams::default())
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .filter(|e| e.reason.as_deref() == Some("UninstallAbandoned"))
+    .filter_map(|e| e.note)
+    .collect();
+    assert!(
+        abandoned
+            .iter()
+            .any(|note| note.contains(&beta) && note.contains(EDGE)),
+        "{abandoned:?}"
+    );
+    assert!(
+        namespace_going(&rollout.client, &beta).await,
+        "the local release and namespace went"
+    );
+}
