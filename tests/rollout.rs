@@ -314,3 +314,67 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
         "the local release and namespace went"
     );
 }
+
+#[tokio::test]
+async fn a_cluster_that_leaves_loses_its_releases_and_one_that_joins_gets_them_at_once() {
+    let remote = Remote::up();
+    let rollout = Rollout::new(&remote).await;
+    let acme = support::unique("acme");
+    rollout.create(&acme, json!({"message": "hello"})).await;
+    rollout
+        .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+
+    // Unlabelled, the Secret registers nothing: the release there goes, with its entry.
+    let secrets = Api::<Secret>::namespaced(rollout.client.clone(), &rollout.namespace);
+    let label = |value: Value| json!({"metadata": {"labels": {"compositor.dev/cluster": value}}});
+    secrets
+        .patch(
+            EDGE,
+            &PatchParams::default(),
+            &Patch::Merge(label(Value::Null)),
+        )
+        .await
+        .expect("unlabel");
+    rollout
+        .wait(&acme, "Ready on local only", all_ready(&["local"]))
+        .await;
+    assert!(
+        installed(&rollout.remote, &acme).await.is_none(),
+        "gone from edge"
+    );
+    assert!(
+        namespace_going(&rollout.remote, &acme).await,
+        "its namespace too"
+    );
+
+    // A composition made while the cluster is away is on local alone.
+    let late = support::unique("late");
+    rollout.create(&late, json!({})).await;
+    rollout
+        .wait(&late, "Ready on local", all_ready(&["local"]))
+        .await;
+
+    // Labelled again, it is a new cluster: the compositions are installed there within
+    // seconds, not at the next resync (minutes away). The one whose namespace there is still
+    // being deleted follows once it is gone.
+    let joined = Instant::now();
+    secrets
+        .patch(
+            EDGE,
+            &PatchParams::default(),
+            &Patch::Merge(label(json!("true"))),
+        )
+        .await
+        .expect("label");
+    rollout
+        .wait(&late, "Ready on both", all_ready(&[EDGE, "local"]))
+        .await;
+    let took = joined.elapsed();
+    eprintln!("a joining cluster got an existing composition in {took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(installed(&rollout.remote, &late).await.is_some(), "on edge");
+    rollout
+        .wait(&acme, "Ready on both again", all_ready(&[EDGE, "local"]))
+        .await;
+}

@@ -202,7 +202,9 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(asked_for, PredicateConfig::default());
+    let clusters_changed = cluster_changes(context.clusters.clone());
     Controller::for_stream_with(changes, reader, context.resource.clone())
+        .reconcile_all_on(clusters_changed)
         .trigger_backoff(crate::runtime::watch_backoff())
         .with_config(
             kube::runtime::controller::Config::default().concurrency(context.config.workers),
@@ -215,6 +217,40 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// How often the registered clusters are compared with the last look (in memory: the registry
+/// watches their Secrets).
+const CLUSTER_LOOK: Duration = Duration::from_secs(2);
+
+/// Yields whenever the set of registered clusters changes, so that every composition is
+/// reconciled at once: a new cluster gets its releases, a removed one loses them, without
+/// waiting for the resync.
+fn cluster_changes(
+    registry: Option<crate::clusters::Registry>,
+) -> futures::stream::BoxStream<'static, ()> {
+    let Some(registry) = registry else {
+        return futures::stream::empty().boxed();
+    };
+    let names = move || -> Vec<String> {
+        let clusters = registry.clusters(None).unwrap_or_default();
+        clusters.into_iter().map(|cluster| cluster.name).collect()
+    };
+    let known = names();
+    futures::stream::unfold(known, move |mut known| {
+        let names = names.clone();
+        async move {
+            loop {
+                tokio::time::sleep(CLUSTER_LOOK).await;
+                let now = names();
+                if now != known {
+                    known = now;
+                    return Some(((), known));
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// What a user can change: the spec (through the generation) and the metadata. The status is
