@@ -378,3 +378,99 @@ async fn a_cluster_that_leaves_loses_its_releases_and_one_that_joins_gets_them_a
         .wait(&acme, "Ready on both again", all_ready(&[EDGE, "local"]))
         .await;
 }
+
+/// A ServiceAccount `name` on `remote` bound to cluster-admin, and a kubeconfig with its token.
+async fn installer(remote: &Remote, name: &str) -> String {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let client = remote.client().await;
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("remote service account");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("remote binding");
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client, "default")
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("remote token")
+        .status
+        .expect("token status")
+        .token;
+    let admin = remote.admin_kubeconfig();
+    let replaced: Vec<String> = admin
+        .lines()
+        .map(|line| match line.split_once("token: ") {
+            Some((indent, _)) => format!("{indent}token: {token}"),
+            None => line.to_string(),
+        })
+        .collect();
+    replaced.join("\n")
+}
+
+#[tokio::test]
+async fn a_rotated_cluster_secret_is_used_on_the_next_reconcile_without_a_restart() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let remote = Remote::up();
+    let rollout = Rollout::new(&remote).await;
+    let secrets = Api::<Secret>::namespaced(rollout.client.clone(), &rollout.namespace);
+    let register = |kubeconfig: String| {
+        let secrets = secrets.clone();
+        async move {
+            let data = json!({"stringData": {"kubeconfig": kubeconfig}});
+            secrets
+                .patch(EDGE, &PatchParams::default(), &Patch::Merge(data))
+                .await
+                .expect("update the registration");
+        }
+    };
+    register(installer(&remote, "installer-1").await).await;
+    let acme = support::unique("acme");
+    rollout.create(&acme, json!({"message": "one"})).await;
+    rollout
+        .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+
+    // A new token in the Secret, the old one revoked with its ServiceAccount.
+    register(installer(&remote, "installer-2").await).await;
+    Api::<ServiceAccount>::namespaced(remote.client().await, "default")
+        .delete("installer-1", &Default::default())
+        .await
+        .expect("revoke the first token");
+    let change = json!({"spec": {"message": "two"}});
+    rollout
+        .compositions
+        .patch(&acme, &PatchParams::default(), &Patch::Merge(change))
+        .await
+        .expect("change the composition");
+    let status = rollout
+        .wait(&acme, "upgraded on edge with the new token", |status| {
+            all_ready(&[EDGE, "local"])(status)
+                && status["clusters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["name"] == EDGE && c["revision"] == 2)
+        })
+        .await;
+    assert_eq!(status["phase"], "Ready", "{status}");
+    let message = installed(&rollout.remote, &acme)
+        .await
+        .and_then(|c| c.data)
+        .and_then(|data| data.get("message").cloned());
+    assert_eq!(message.as_deref(), Some("two"));
+}
