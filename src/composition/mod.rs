@@ -433,9 +433,17 @@ async fn install(
     let placement = &definition.spec.placement;
     let clusters = context.selected_clusters(placement)?;
     let targets = placement::targets(object, placement, &clusters)?;
+    // Side by side: a slow or dead cluster holds back no other.
+    let shared = futures::lock::Mutex::new(&mut *writer);
+    let outcomes = futures::future::join_all(
+        targets
+            .iter()
+            .map(|target| release_on(object, context, &chart, &values, target, &shared)),
+    )
+    .await;
+    drop(shared);
     let mut first_failure = None;
-    for target in &targets {
-        let outcome = release_on(object, context, &chart, &values, target, writer).await;
+    for (target, outcome) in targets.iter().zip(outcomes) {
         let recorded = writer.recorded(&target.cluster);
         match outcome {
             Ok(Outcome::UpToDate) => {
@@ -465,7 +473,7 @@ async fn release_on(
     chart: &crate::chart::Fetched,
     values: &serde_json::Value,
     target: &placement::Target,
-    writer: &mut StatusWriter<'_>,
+    writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
     let reach = context.reach(&target.cluster).await?;
     let release = Release {

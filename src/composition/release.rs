@@ -62,12 +62,15 @@ impl From<Error> for Failure {
     }
 }
 
+/// The status writer the releases of one composition share while they run side by side.
+pub(super) type SharedWriter<'w, 'a> = futures::lock::Mutex<&'w mut StatusWriter<'a>>;
+
 impl Release<'_> {
     /// Brings the target's release to these inputs, unless it is there already. The status
     /// says when a Helm write starts; the caller records the outcome.
     pub(super) async fn reconcile(
         &self,
-        writer: &mut StatusWriter<'_>,
+        writer: &SharedWriter<'_, '_>,
     ) -> Result<Outcome, Failure> {
         let fingerprint = fingerprint(
             &self.chart.digest,
@@ -76,16 +79,15 @@ impl Release<'_> {
             &self.target.namespace,
             &self.context.helm_version,
         );
-        let recorded = writer.recorded(&self.target.cluster).cloned();
+        let (recorded, resources) = {
+            let writer = writer.lock().await;
+            let recorded = writer.recorded(&self.target.cluster).cloned();
+            (recorded, writer.resources().to_vec())
+        };
         // Helm's own records, read without a `helm` process.
         let live = release_record(self.reach, self.target).await?;
         if self
-            .is_up_to_date(
-                recorded.as_ref(),
-                live.as_ref(),
-                &fingerprint,
-                writer.resources(),
-            )
+            .is_up_to_date(recorded.as_ref(), live.as_ref(), &fingerprint, &resources)
             .await?
         {
             return Ok(Outcome::UpToDate);
@@ -96,16 +98,18 @@ impl Release<'_> {
             version: self.chart.version.clone(),
             digest: self.chart.digest.clone(),
         };
-        writer.rendered(chart, kept_resources(&documents));
+        writer
+            .lock()
+            .await
+            .rendered(chart, kept_resources(&documents));
         let helm_target = helm_target(self.reach, &self.target.namespace)?;
         if self.target.creates_namespace {
             create_namespace(self.reach, &self.target.namespace, self.object).await?;
         }
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
         // A Helm write may take minutes; say so first.
-        writer
-            .progressing(&format!("{step} {}", self.target.release))
-            .await?;
+        let note = format!("{step} {}", self.target.release);
+        writer.lock().await.progressing(&note).await?;
         let outcome = self
             .context
             .helm
