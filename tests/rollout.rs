@@ -203,6 +203,10 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
         .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
         .await;
     assert_eq!(status["clusters"][0]["namespace"], json!(acme), "{status}");
+    assert_eq!(
+        status["readyClusters"], "2/2",
+        "the CLUSTERS column: {status}"
+    );
     assert!(
         installed(&rollout.client, &acme).await.is_some(),
         "release on local"
@@ -267,6 +271,7 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
         })
         .await;
     assert_eq!(status["phase"], "Failed", "{status}");
+    assert_eq!(status["readyClusters"], "1/2", "{status}");
     let edge = status["clusters"]
         .as_array()
         .into_iter()

@@ -27,6 +27,9 @@ pub struct CompositionStatus {
     /// One entry per target cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterStatus>,
+    /// How many of `clusters` are Ready, of how many, e.g. `2/3` (the CLUSTERS column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_clusters: Option<String>,
     /// The objects the release manages.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceRef>,

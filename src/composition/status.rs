@@ -120,6 +120,9 @@ impl<'a> StatusWriter<'a> {
     ) -> Result<Action, Error> {
         let generation = self.object.metadata.generation;
         record_outcome(&mut self.status, &self.targets, &result, generation);
+        let clusters = &self.status.clusters;
+        let ready = clusters.iter().filter(|c| c.phase == Phase::Ready).count();
+        self.status.ready_clusters = Some(format!("{ready}/{}", clusters.len()));
         publish_transition(context, self.object, &self.initial, &self.status).await;
         self.write().await?;
         result

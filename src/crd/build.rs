@@ -265,8 +265,8 @@ fn columns() -> Vec<CustomResourceColumnDefinition> {
         column(
             "Clusters",
             "string",
-            ".status.clusters[*].name",
-            "Clusters the chart is installed on.",
+            ".status.readyClusters",
+            "Clusters whose release is ready, of all it is placed on.",
         ),
         column(
             "Chart",
