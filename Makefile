@@ -34,6 +34,7 @@ deps:
 up: deps
 	e2e/testbed.sh up
 down:
+	if [ -d "$(TESTBED_DIR)/edge" ]; then TESTBED_DIR=$(TESTBED_DIR)/edge e2e/testbed.sh down; fi
 	e2e/testbed.sh down
 
 ## bench: release build, then schema conversion figures for the chart corpus, the operator's

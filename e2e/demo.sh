@@ -172,4 +172,18 @@ run kubectl -n demo get tenants
 run "$HELM_BIN" list -n globex
 run kubectl -n globex get deployments
 
+step "A second cluster registers with a Secret: every Tenant is installed there too"
+EDGE_DIR="$TESTBED_DIR/edge"
+TESTBED_DIR="$EDGE_DIR" "$ROOT/e2e/testbed.sh" up --control-plane-only >/dev/null
+kubectl -n compositor-system create secret generic edge --from-file=kubeconfig="$EDGE_DIR/kubeconfig" \
+  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+run kubectl -n compositor-system label secret edge compositor.dev/cluster=true --overwrite
+for _ in $(seq 240); do
+  [ "$(kubectl -n demo get tenant globex -o jsonpath='{.status.clusters[?(@.phase=="Ready")].name}')" = "edge local" ] && break
+  sleep 0.5
+done
+run kubectl -n demo get tenants
+run kubectl -n demo get tenant globex -o jsonpath='{range .status.clusters[*]}{.name}{": "}{.phase}{", release "}{.release}{" revision "}{.revision}{" in namespace "}{.namespace}{"\n"}{end}'
+run "$HELM_BIN" --kubeconfig "$EDGE_DIR/kubeconfig" list -n globex
+
 step "Done. Logs: $TESTBED_DIR/logs/. Stop everything with: make down"
