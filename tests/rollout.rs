@@ -151,6 +151,13 @@ impl Rollout {
     }
 }
 
+/// The condition `type_` of a composition's status.
+fn find_condition_in(status: &Value, type_: &str) -> Value {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let found = conditions.into_iter().find(|c| c["type"] == type_);
+    found.unwrap_or(Value::Null)
+}
+
 /// The phase of each cluster's entry, by cluster name.
 fn phases(status: &Value) -> Vec<(String, String)> {
     let mut phases: Vec<(String, String)> = status["clusters"]
@@ -243,6 +250,32 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
         namespace_going(&rollout.remote, &acme).await,
         "its namespace too"
     );
+
+    // A clusterRef to a cluster the definition does not place on is refused, and deleting
+    // such a composition is not held up by it.
+    let stray = support::unique("stray");
+    rollout
+        .create(&stray, json!({"clusterRef": {"name": "moon"}}))
+        .await;
+    let status = rollout
+        .wait(&stray, "refused", |status| status["phase"] == "Failed")
+        .await;
+    let ready = find_condition_in(&status, "Ready");
+    assert_eq!(ready["reason"], "ClusterNotPlaced", "{status}");
+    rollout
+        .compositions
+        .delete(&stray, &Default::default())
+        .await
+        .expect("delete stray");
+    support::eventually("stray is deleted", Duration::from_secs(30), || async {
+        rollout
+            .compositions
+            .get_opt(&stray)
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
 
     // A dead cluster fails only its own entry; a composition placed on local alone converges
     // as it would without it.

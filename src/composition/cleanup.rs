@@ -57,8 +57,12 @@ pub(super) async fn cleanup(
     context: &Context,
 ) -> Result<Action, Error> {
     let placement = &definition.spec.placement;
-    let clusters = context.selected_clusters(placement)?;
-    let mut targets = placement::targets(object, placement, &clusters)?;
+    // A placement that no longer resolves (a bad selector, a clusterRef to no placed cluster)
+    // must not hold the deletion: what the entries record is still removed.
+    let mut targets = context
+        .selected_clusters(placement)
+        .and_then(|clusters| placement::targets(object, placement, &clusters))
+        .unwrap_or_default();
     for entry in &super::status::status_of(object).clusters {
         if !targets.iter().any(|t| t.cluster == entry.name) {
             targets.push(recorded_target(entry, placement));
