@@ -18,9 +18,31 @@ use support::{Process, Remote};
 /// The remote cluster's name: its Secret's.
 const EDGE: &str = "edge";
 
+/// The generated API a rollout test uses: its chart and names.
+struct Chart {
+    /// `spec.chart` of the definition.
+    source: Value,
+    kind: &'static str,
+    plural: &'static str,
+    version: &'static str,
+}
+
+impl Chart {
+    /// The test chart `plain` 0.1.0: one ConfigMap `<release>-plain` with `message`.
+    fn plain() -> Chart {
+        Chart {
+            source: json!({"url": format!("{}/plain-0.1.0.tgz", support::env("COMPOSITOR_TEST_REPO_URL"))}),
+            kind: "Plain",
+            plural: "plains",
+            version: "v0-1-0",
+        }
+    }
+}
+
 struct Rollout {
     client: Client,
     api_version: String,
+    kind: &'static str,
     remote: Client,
     namespace: String,
     compositions: Api<DynamicObject>,
@@ -32,6 +54,11 @@ impl Rollout {
     /// Registers `remote` in a namespace of its own, applies a definition of the `plain` chart
     /// there placing on every cluster, and runs its controller.
     async fn new(remote: &Remote) -> Rollout {
+        Rollout::of(remote, Chart::plain()).await
+    }
+
+    /// As [`Rollout::new`], with `chart`.
+    async fn of(remote: &Remote, chart: Chart) -> Rollout {
         let client = support::client().await;
         support::install_crds(&client).await;
         let namespace = support::namespace(&client, "rollout").await;
@@ -60,16 +87,15 @@ impl Rollout {
             "compositor:test",
         ]);
         let group = format!("{namespace}.compositor.dev");
+        let mut source = chart.source;
+        source["credentials"] = json!({"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                                       "passwordRef": {"name": "repo-password", "key": "password"}});
         let definition: CompositionDefinition = serde_json::from_value(json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
-            "metadata": {"name": "plain"},
+            "metadata": {"name": "rollout"},
             "spec": {
-                "chart": {
-                    "url": format!("{}/plain-0.1.0.tgz", support::env("COMPOSITOR_TEST_REPO_URL")),
-                    "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
-                                    "passwordRef": {"name": "repo-password", "key": "password"}},
-                },
-                "names": {"group": &group},
+                "chart": source,
+                "names": {"group": &group, "kind": chart.kind},
                 "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
             }
         }))
@@ -83,7 +109,7 @@ impl Rollout {
             "the definition is Ready",
             Duration::from_secs(60),
             || async {
-                let definition = definitions.get("plain").await.expect("definition");
+                let definition = definitions.get("rollout").await.expect("definition");
                 let conditions = definition.status.unwrap_or_default().conditions;
                 find_condition(&conditions, "Ready").is_some_and(|c| c.status == "True")
             },
@@ -93,7 +119,7 @@ impl Rollout {
         let controller = support::run_deployment(
             &client,
             &namespace,
-            "plains-v0-1-0-controller",
+            &format!("{}-{}-controller", chart.plural, chart.version),
             &[
                 "--metrics-address",
                 "127.0.0.1:0",
@@ -105,11 +131,12 @@ impl Rollout {
         )
         .await;
         let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(&group, "v0-1-0", "Plain"),
-            "plains",
+            &GroupVersionKind::gvk(&group, chart.version, chart.kind),
+            chart.plural,
         );
         Rollout {
-            api_version: format!("{group}/v0-1-0"),
+            api_version: format!("{group}/{}", chart.version),
+            kind: chart.kind,
             remote: remote.client().await,
             compositions: Api::namespaced_with(client.clone(), &namespace, &resource),
             client,
@@ -122,7 +149,7 @@ impl Rollout {
     async fn create(&self, name: &str, spec: Value) {
         let composition: DynamicObject = serde_json::from_value(json!({
             "apiVersion": self.api_version,
-            "kind": "Plain", "metadata": {"name": name}, "spec": spec,
+            "kind": self.kind, "metadata": {"name": name}, "spec": spec,
         }))
         .unwrap();
         self.compositions
@@ -511,4 +538,47 @@ async fn a_rotated_cluster_secret_is_used_on_the_next_reconcile_without_a_restar
         .and_then(|c| c.data)
         .and_then(|data| data.get("message").cloned());
     assert_eq!(message.as_deref(), Some("two"));
+}
+
+#[tokio::test]
+async fn a_tenant_gets_cert_manager_in_a_namespace_of_its_own_on_every_cluster() {
+    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
+        return;
+    };
+    let published = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo/real");
+    std::fs::create_dir_all(&published).unwrap();
+    std::fs::copy(&chart, published.join("cert-manager-v1.19.1.tgz")).unwrap();
+    let url = format!(
+        "{}/real/cert-manager-v1.19.1.tgz",
+        support::env("COMPOSITOR_TEST_REPO_URL")
+    );
+    let remote = Remote::up();
+    let tenants = Chart {
+        source: json!({"url": url}),
+        kind: "Tenant",
+        plural: "tenants",
+        version: "v1-19-1",
+    };
+    let rollout = Rollout::of(&remote, tenants).await;
+    let acme = support::unique("acme");
+    // cert-manager's post-install check waits for pods, which no kubelet here runs.
+    rollout
+        .create(&acme, json!({"startupapicheck": {"enabled": false}}))
+        .await;
+    let status = rollout
+        .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+    assert_eq!(status["readyClusters"], "2/2", "{status}");
+    for client in [&rollout.client, &rollout.remote] {
+        let deployments =
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &acme);
+        let webhook = deployments
+            .get_opt(&format!("{acme}-cert-manager-webhook"))
+            .await
+            .unwrap();
+        assert!(
+            webhook.is_some(),
+            "cert-manager's webhook in namespace {acme}"
+        );
+    }
 }
