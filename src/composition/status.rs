@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -291,20 +291,8 @@ pub(super) async fn publish(
     reason: &str,
     note: &str,
 ) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = context
-        .recorder
-        .publish(&event, &object.object_ref(&context.resource))
-        .await
-    {
-        tracing::warn!(%error, "cannot publish event");
-    }
+    let reference = object.object_ref(&context.resource);
+    crate::runtime::publish_event(&context.recorder, &reference, type_, reason, note).await;
 }
 
 #[cfg(test)]

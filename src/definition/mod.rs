@@ -10,6 +10,7 @@ mod grants;
 mod moves;
 mod objects;
 mod permissions;
+mod report;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,21 +22,20 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
 use crate::api::{
     ClusterPlacement, CompositionDefinition, CompositionDefinitionStatus, CrdStatus,
     DEFINITION_LABEL, DefinitionVersion, DeletionPolicy, FINALIZER, NamespacePlacement,
-    OWNER_ANNOTATION, ResolvedChart, find_condition, is_paused, set_condition,
+    OWNER_ANNOTATION, ResolvedChart, is_paused, set_condition,
 };
 use crate::bundle::{
     self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
@@ -355,7 +355,7 @@ async fn reconcile_inner(
             "reconciliation is paused by annotation",
             definition.metadata.generation,
         );
-        write_status(&api, &definition, status).await?;
+        report::write_status(&api, &definition, status).await?;
         return Ok(Action::await_change());
     }
     finalizer(&api, FINALIZER, definition, |event| async {
@@ -449,9 +449,9 @@ async fn apply(
             }
         }
     }
-    publish_transition(context, definition, &previous, &status).await;
+    report::publish_transition(context, definition, &previous, &status).await;
     if status != previous {
-        write_status(api, definition, status).await?;
+        report::write_status(api, definition, status).await?;
     }
     result
 }
@@ -864,102 +864,5 @@ async fn delete_crd_if_unshared(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(Error::Kube("delete CRD", error)),
-    }
-}
-
-async fn write_status(
-    api: &Api<CompositionDefinition>,
-    definition: &CompositionDefinition,
-    status: CompositionDefinitionStatus,
-) -> Result<(), Error> {
-    let patch = json!({
-        "apiVersion": CompositionDefinition::api_version(&()),
-        "kind": CompositionDefinition::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &definition.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| Error::Kube("write status", e))?;
-    Ok(())
-}
-
-/// Publishes an event when Ready changes status or reason, and when the resolved chart version
-/// changes (a patch, or a range that now resolves to a newer release); never on a plain resync.
-async fn publish_transition(
-    context: &Context,
-    definition: &CompositionDefinition,
-    before: &CompositionDefinitionStatus,
-    after: &CompositionDefinitionStatus,
-) {
-    if let Some(note) = chart_version_change(definition, before, after) {
-        publish(
-            context,
-            definition,
-            EventType::Normal,
-            "ChartVersionChanged",
-            note,
-        )
-        .await;
-    }
-    let old =
-        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
-    let Some(new) = find_condition(&after.conditions, "Ready") else {
-        return;
-    };
-    if old == Some((new.status.clone(), new.reason.clone())) {
-        return;
-    }
-    let type_ = if new.status == "True" {
-        EventType::Normal
-    } else {
-        EventType::Warning
-    };
-    let note = new.message.chars().take(1000).collect();
-    publish(context, definition, type_, &new.reason, note).await;
-}
-
-/// What an event says when the resolved chart version moved, naming what was asked for.
-fn chart_version_change(
-    definition: &CompositionDefinition,
-    before: &CompositionDefinitionStatus,
-    after: &CompositionDefinitionStatus,
-) -> Option<String> {
-    let (Some(old), Some(new)) = (&before.chart, &after.chart) else {
-        return None;
-    };
-    if old.version == new.version {
-        return None;
-    }
-    let asked = definition.spec.chart.version.as_deref().unwrap_or("latest");
-    Some(format!(
-        "chart version {} → {} (spec.chart.version {asked:?})",
-        old.version, new.version
-    ))
-}
-
-async fn publish(
-    context: &Context,
-    definition: &CompositionDefinition,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = context
-        .recorder
-        .publish(&event, &definition.object_ref(&()))
-        .await
-    {
-        tracing::warn!(%error, "cannot publish event");
     }
 }
