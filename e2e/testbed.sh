@@ -4,6 +4,7 @@
 #   e2e/testbed.sh up [--control-plane-only]   start etcd, kube-apiserver, kube-controller-manager,
 #                                              an OCI registry and an HTTP chart repository
 #   e2e/testbed.sh env                         print the environment tests read (export lines)
+#   e2e/testbed.sh restart kube-apiserver      start a stopped API server again, as it was
 #   e2e/testbed.sh down                        stop every process this test bed started
 #
 # TESTBED_DIR (default /tmp/compositor-testbed) holds state, logs and PID files, so several test
@@ -26,14 +27,36 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# start NAME COMMAND...: run in the background, log to logs/NAME.log, remember the PID.
+# start NAME COMMAND...: run in the background, log to logs/NAME.log, remember the PID and the
+# command (for restart).
 start() {
   local name=$1; shift
+  mkdir -p "$DIR/commands"
+  printf '%q ' "$@" >"$DIR/commands/$name"
   "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$DIR/pids/$name"
 }
 
-alive() { [ -f "$DIR/pids/$1" ] && kill -0 "$(cat "$DIR/pids/$1")" 2>/dev/null; }
+# restart kube-apiserver: the same command on the same port and data, as after a crash; the
+# previous log is kept beside the new one.
+restart() {
+  local name=${1:-}
+  [ "$name" = kube-apiserver ] || die "only kube-apiserver can be restarted"
+  [ -f "$DIR/commands/$name" ] || die "no $name was started in $DIR"
+  alive "$name" && die "$name is running"
+  mv "$DIR/logs/$name.log" "$DIR/logs/$name.previous.log"
+  eval "start $name $(cat "$DIR/commands/$name")"
+  wait_until "$name" 90 "$TOOLS/kubectl" --kubeconfig "$DIR/kubeconfig" get --raw /readyz
+  log "$name restarted"
+}
+
+# alive NAME: its process runs (a killed one nobody reaped yet is a zombie, state Z: not alive).
+alive() {
+  [ -f "$DIR/pids/$1" ] || return 1
+  local stat
+  stat=$(cat "/proc/$(cat "$DIR/pids/$1")/stat" 2>/dev/null) || return 1
+  [ "$(echo "${stat##*) }" | cut -d' ' -f1)" != Z ]
+}
 
 # wait_until NAME SECONDS COMMAND...: poll until COMMAND succeeds; fail early if NAME died.
 wait_until() {
@@ -257,5 +280,6 @@ case "${1:-}" in
   up) shift; up "$@" ;;
   down) down ;;
   env) [ -f "$DIR/env" ] || die "test bed in $DIR is not up"; cat "$DIR/env" ;;
-  *) echo "usage: $0 up [--control-plane-only] | env | down" >&2; exit 2 ;;
+  restart) shift; restart "$@" ;;
+  *) echo "usage: $0 up [--control-plane-only] | env | restart kube-apiserver | down" >&2; exit 2 ;;
 esac

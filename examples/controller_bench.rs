@@ -7,13 +7,17 @@
 //! - compositor: the operator applies a definition of chart fireworks-app 1.1.5 (HTTP repository,
 //!   basic auth through a Secret, a CRD group of its own); its controller Deployment is run here
 //!   as a kubelet would run it (its ServiceAccount's token, its arguments, `--workers 4`, an empty
-//!   chart cache); then `COUNT` compositions are created at once and timed until all are Ready;
-//! - baseline: `COUNT` sequential `helm install`s of the packaged chart with the same values, in
+//!   chart cache); then `BENCH_SCALE` (default 50) compositions are created at once and timed
+//!   until all are Ready;
+//! - baseline: as many sequential `helm install`s of the packaged chart with the same values, in
 //!   a namespace of their own, with the admin credentials and Helm's default server-side apply,
 //!   as the controller uses on a current apiserver;
+//!   (up to 100 compositions: a larger scale measures memory and traffic, not Helm's speed);
 //! - idle resync: an annotation on every composition makes each reconcile once more with nothing
-//!   to change; the Helm write calls (`upgrade`, `rollback`, `uninstall`) that follow, from the
-//!   controller's metrics, should be none;
+//!   to change; the Helm write calls (`upgrade`, `rollback`, `uninstall`) and API writes that
+//!   follow, from the controller's metrics, should be none;
+//! - API requests per composition, by verb and resource, from the controller's
+//!   `compositor_api_requests_total`, for the apply and the idle resync;
 //! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end.
 //!
 //! Figures go to stdout, progress to stderr; the exit code is non-zero when a step fails.
@@ -34,8 +38,12 @@ use bench_support::{
 };
 use compositor::api::CompositionDefinition;
 
-/// Compositions, and baseline releases.
-const COUNT: usize = 50;
+/// Compositions, and baseline releases, unless `BENCH_SCALE` says otherwise.
+const DEFAULT_COUNT: usize = 50;
+/// The largest scale with a baseline.
+const BASELINE_MAX: usize = 100;
+/// API verbs that write.
+const API_WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 /// The controller's `--workers`.
 const WORKERS: &str = "4";
 /// The CRD version, kind and plural the definition gets, and its controller Deployment.
@@ -60,7 +68,18 @@ async fn main() -> ExitCode {
     bench_support::main("controller-bench", run).await
 }
 
+/// How many compositions: `BENCH_SCALE`, else [`DEFAULT_COUNT`].
+fn count() -> Result<usize, Error> {
+    match std::env::var("BENCH_SCALE") {
+        Ok(scale) => Ok(scale
+            .parse()
+            .map_err(|_| format!("BENCH_SCALE={scale:?} is not a number"))?),
+        Err(_) => Ok(DEFAULT_COUNT),
+    }
+}
+
 async fn run(bed: &TestBed) -> Result<(), Error> {
+    let count = count()?;
     let namespace = bed.namespace("ctl").await?;
     let group = format!("{namespace}.compositor.dev");
     let operator = bed
@@ -77,20 +96,26 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let compositions =
         Api::<DynamicObject>::namespaced_with(bed.client.clone(), &namespace, &resource);
 
-    let apply = create_all(bed, &compositions, &group, &mut controller).await?;
+    let apply = create_all(bed, &compositions, &group, &mut controller, count).await?;
     eprintln!(
-        "compositor: {COUNT} compositions Ready in {} (Helm calls: {})",
+        "compositor: {count} compositions Ready in {} (Helm calls: {})",
         secs(apply.all),
         describe(&apply.calls)
     );
-    let names: Vec<String> = (0..COUNT).map(release).collect();
-    let helm_namespace = bed.namespace("helm").await?;
-    let baseline = bed
-        .helm_each("install", &helm_namespace, &names, &bed.chart, values)
-        .await?;
-    eprintln!("baseline: {COUNT} helm installs in {}", secs(baseline));
-    let resync = idle_resync(bed, &compositions, &mut controller).await?;
+    let baseline = if count <= BASELINE_MAX {
+        let names: Vec<String> = (0..count).map(release).collect();
+        let helm_namespace = bed.namespace("helm").await?;
+        let took = bed
+            .helm_each("install", &helm_namespace, &names, &bed.chart, values)
+            .await?;
+        eprintln!("baseline: {count} helm installs in {}", secs(took));
+        Some(took)
+    } else {
+        None
+    };
+    let resync = idle_resync(bed, &compositions, &mut controller, count).await?;
     let figures = Figures {
+        count,
         records: release_records(bed, &namespace).await?,
         memory: controller.memory()?,
         operator_memory: (operator_idle, operator.memory()?),
@@ -105,8 +130,9 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
 
 /// Everything the bench prints.
 struct Figures {
+    count: usize,
     apply: Apply,
-    baseline: Duration,
+    baseline: Option<Duration>,
     resync: Resync,
     records: usize,
     /// The controller's VmRSS and VmHWM at the end, in MiB.
@@ -118,38 +144,57 @@ struct Figures {
 
 impl Figures {
     fn print(&self) {
-        let (apply, resync) = (&self.apply, &self.resync);
-        let compositor_ratio = ratio(apply.all, self.baseline);
+        let (apply, resync, count) = (&self.apply, &self.resync, self.count);
         println!(
-            "\nController: {COUNT} compositions of {CHART} {CHART_VERSION}, --workers {WORKERS}, \
+            "\nController: {count} compositions of {CHART} {CHART_VERSION}, --workers {WORKERS}, \
              server-side apply\n"
         );
         println!("| measurement | value |");
         println!("|---|---|");
         println!(
-            "| compositor: create {COUNT} at once → all Ready | {} (creates took {}, first Ready \
+            "| compositor: create {count} at once → all Ready | {} (creates took {}, first Ready \
              {}, median {}) |",
             secs(apply.all),
             secs(apply.created),
             secs(apply.first),
             secs(apply.median)
         );
-        println!(
-            "| baseline: {COUNT} sequential `helm install` | {} |",
-            secs(self.baseline)
-        );
-        println!(
-            "| compositor / baseline (goal ≤ {GOAL}) | {compositor_ratio:.2} — goal {} |",
-            met(compositor_ratio <= GOAL)
-        );
+        match self.baseline {
+            Some(baseline) => {
+                let compositor_ratio = ratio(apply.all, baseline);
+                println!(
+                    "| baseline: {count} sequential `helm install` | {} |",
+                    secs(baseline)
+                );
+                println!(
+                    "| compositor / baseline (goal ≤ {GOAL}) | {compositor_ratio:.2} — goal {} |",
+                    met(compositor_ratio <= GOAL)
+                );
+            }
+            None => println!("| baseline | not run above {BASELINE_MAX} compositions |"),
+        }
         println!(
             "| Helm calls during the apply | {} |",
             describe(&apply.calls)
         );
         println!(
+            "| API requests per composition, apply | {} |",
+            per_composition(&apply.requests, count)
+        );
+        println!(
+            "| idle resync: all {count} reconciled in | {} |",
+            secs(resync.took)
+        );
+        println!(
             "| idle resync: Helm writes (upgrade, rollback, uninstall; goal 0) | {} — goal {} |",
             sum(&resync.writes),
             met(sum(&resync.writes) == 0.0)
+        );
+        let api_writes = writes(&resync.requests);
+        println!(
+            "| idle resync: API writes (goal 0) | {} — goal {} |",
+            describe(&api_writes),
+            met(sum(&api_writes) == 0.0)
         );
         println!(
             "| idle resync: reconciles / all Helm calls in {} | {} / {} |",
@@ -158,7 +203,11 @@ impl Figures {
             describe(&resync.calls)
         );
         println!(
-            "| Helm release records after the resync (one per revision; {COUNT} expected) | {} |",
+            "| API requests per composition, idle resync | {} |",
+            per_composition(&resync.requests, count)
+        );
+        println!(
+            "| Helm release records after the resync (one per revision; {count} expected) | {} |",
             self.records
         );
         println!(
@@ -171,6 +220,39 @@ impl Figures {
         println!("| operator VmRSS idle, with its definition Ready | {idle:.1} MiB |");
         println!("| operator VmRSS / VmHWM at the end | {rss:.1} MiB / {hwm:.1} MiB |");
     }
+}
+
+/// `requests` (by verb and resource) divided by `count`: the total, then each, largest first.
+fn per_composition(requests: &Counts, count: usize) -> String {
+    let mut each: Vec<(&Vec<String>, f64)> = requests
+        .iter()
+        .map(|(key, value)| (key, value / count as f64))
+        .filter(|(_, value)| *value > 0.0)
+        .collect();
+    each.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let listed: Vec<String> = each
+        .iter()
+        .map(|(key, value)| format!("{} {value:.2}", key.join(" ")))
+        .collect();
+    format!(
+        "{:.2} ({})",
+        sum(requests) / count as f64,
+        listed.join(", ")
+    )
+}
+
+/// The write requests of `requests` (by verb and resource).
+fn writes(requests: &Counts) -> Counts {
+    requests
+        .iter()
+        .filter(|(key, value)| API_WRITES.contains(&key[0].as_str()) && **value > 0.0)
+        .map(|(key, value)| (key.clone(), *value))
+        .collect()
+}
+
+/// API requests so far, by verb and resource.
+fn api_requests(metrics: &Samples) -> Counts {
+    metrics.by("compositor_api_requests_total", &["verb", "resource"])
 }
 
 /// Applies the fireworks-app definition with CRD group `group` in `namespace` and waits until it
@@ -219,17 +301,19 @@ struct Apply {
     median: Duration,
     all: Duration,
     calls: Counts,
+    requests: Counts,
     rss: f64,
 }
 
-/// Creates `COUNT` compositions at once and waits until every one is Ready.
+/// Creates `count` compositions at once and waits until every one is Ready.
 async fn create_all(
     bed: &TestBed,
     compositions: &Api<DynamicObject>,
     group: &str,
     controller: &mut Process,
+    count: usize,
 ) -> Result<Apply, Error> {
-    let objects = (0..COUNT)
+    let objects = (0..count)
         .map(|i| {
             serde_json::from_value(json!({
                 "apiVersion": format!("{group}/{VERSION}"), "kind": KIND,
@@ -238,31 +322,53 @@ async fn create_all(
         })
         .collect::<Result<Vec<DynamicObject>, _>>()?;
     let params = PostParams::default();
-    let before = helm_calls(&controller.metrics(&bed.http).await?);
+    let before = controller.metrics(&bed.http).await?;
     let start = Instant::now();
-    futures::future::try_join_all(objects.iter().map(|o| compositions.create(&params, o))).await?;
+    create_in_batches(compositions, &params, &objects).await?;
     let created = start.elapsed();
-    let times = times_until(compositions, COUNT, controller, start, LIMIT, |status| {
+    let times = times_until(compositions, count, controller, start, LIMIT, |status| {
         status["phase"] == "Ready"
     })
     .await?;
-    let after = helm_calls(&controller.metrics(&bed.http).await?);
+    let after = controller.metrics(&bed.http).await?;
     Ok(Apply {
         created,
         first: times[0],
-        median: times[COUNT / 2],
-        all: times[COUNT - 1],
-        calls: delta(&before, &after),
+        median: times[count / 2],
+        all: times[count - 1],
+        calls: delta(&helm_calls(&before), &helm_calls(&after)),
+        requests: delta(&api_requests(&before), &api_requests(&after)),
         rss: controller.memory()?.0,
     })
 }
 
+/// Creates `objects` at once, at most [`CREATES_AT_ONCE`] requests in flight (thousands at
+/// once would exhaust the client's connections, not measure the controller).
+async fn create_in_batches(
+    compositions: &Api<DynamicObject>,
+    params: &PostParams,
+    objects: &[DynamicObject],
+) -> Result<(), Error> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(objects.iter().map(|o| compositions.create(params, o)))
+        .buffer_unordered(CREATES_AT_ONCE)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Creates in flight at once.
+const CREATES_AT_ONCE: usize = 64;
+
 /// What one reconcile of every composition with nothing to change did.
 struct Resync {
+    /// Until every composition had reconciled.
+    took: Duration,
     window: Duration,
     reconciles: f64,
     calls: Counts,
     writes: Counts,
+    requests: Counts,
 }
 
 /// Annotates every composition, which makes each reconcile once more, and counts the Helm calls
@@ -271,21 +377,26 @@ async fn idle_resync(
     bed: &TestBed,
     compositions: &Api<DynamicObject>,
     controller: &mut Process,
+    count: usize,
 ) -> Result<Resync, Error> {
     let before = controller.metrics(&bed.http).await?;
     let start = Instant::now();
-    touch_all(compositions).await?;
+    touch_all(compositions, count).await?;
+    let mut took = None;
     let after = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         controller.alive()?;
         let after = controller.metrics(&bed.http).await?;
         let reconciles = reconciles(&after) - reconciles(&before);
-        if reconciles >= COUNT as f64 && start.elapsed() >= SETTLE {
-            break after;
+        if reconciles >= count as f64 {
+            let took = *took.get_or_insert(start.elapsed());
+            if start.elapsed() >= SETTLE.max(took * 2) {
+                break after;
+            }
         }
         if start.elapsed() > SETTLE_LIMIT {
             return Err(controller.failure(&format!(
-                "{reconciles} of {COUNT} compositions reconciled {SETTLE_LIMIT:?} after the touch"
+                "{reconciles} of {count} compositions reconciled {SETTLE_LIMIT:?} after the touch"
             )));
         }
     };
@@ -296,6 +407,8 @@ async fn idle_resync(
         .map(|(key, value)| (key.clone(), *value))
         .collect();
     Ok(Resync {
+        took: took.unwrap_or_default(),
+        requests: delta(&api_requests(&before), &api_requests(&after)),
         window: start.elapsed(),
         reconciles: reconciles(&after) - reconciles(&before),
         calls,
@@ -304,16 +417,19 @@ async fn idle_resync(
 }
 
 /// Annotates every composition at once: a change that makes each reconcile, with nothing to do.
-async fn touch_all(compositions: &Api<DynamicObject>) -> Result<(), Error> {
+async fn touch_all(compositions: &Api<DynamicObject>, count: usize) -> Result<(), Error> {
+    use futures::{StreamExt, TryStreamExt};
     let touch =
         Patch::Merge(json!({"metadata": {"annotations": {"bench.compositor.dev/touch": "1"}}}));
     let params = PatchParams::default();
-    let names: Vec<String> = (0..COUNT).map(release).collect();
-    futures::future::try_join_all(
+    let names: Vec<String> = (0..count).map(release).collect();
+    futures::stream::iter(
         names
             .iter()
             .map(|name| compositions.patch(name, &params, &touch)),
     )
+    .buffer_unordered(CREATES_AT_ONCE)
+    .try_collect::<Vec<_>>()
     .await?;
     Ok(())
 }

@@ -14,8 +14,9 @@
 //! | `UnsupportedAuth` | `cluster "eu-1": the kubeconfig in Secret compositor/eu-1 uses an exec plugin ("gke-gcloud-auth-plugin"), which compositor cannot run: Helm receives a kubeconfig without it; only an inline token or client certificate and key are supported` |
 //! | `ClusterUnreachable` | `cluster "eu-1" is unreachable at https://10.0.0.1:6443: client error (Connect): tcp connect error: Connection refused (os error 111)`, or `…: no answer to /version within 3s` |
 //! | `ClusterUnauthorized` | `cluster "eu-1" at https://10.0.0.1:6443 rejected the credentials of Secret compositor/eu-1 (HTTP 401): Unauthorized` |
+//! | `ClusterForbidden` | `cluster "eu-1" at https://10.0.0.1:6443: the identity of Secret compositor/eu-1 may not do this (HTTP 403): secrets is forbidden: User "system:serviceaccount:default:installer" cannot list resource "secrets" in API group "" in the namespace "acme"; grant it what the chart writes there` |
 //! | `ClusterTLSFailed` | `cluster "eu-1" at https://10.0.0.1:6443: TLS failed: client error (Connect): invalid peer certificate: UnknownIssuer` |
-//! | `ClusterRequestFailed` | `cluster "eu-1" at https://10.0.0.1:6443: request failed: HTTP 403: forbidden: …` |
+//! | `ClusterRequestFailed` | `cluster "eu-1" at https://10.0.0.1:6443: request failed: HTTP 500: …` |
 //! | `InvalidClusterSelector` | `invalid cluster selector: Invalid expression operator` |
 
 use std::error::Error as StdError;
@@ -112,6 +113,24 @@ pub enum Error {
         detail: String,
     },
 
+    /// The cluster refused a request of the Secret's identity (HTTP 403): on a registered
+    /// cluster that identity is what installs, and only whoever runs that cluster can grant it
+    /// more (the operator grants nothing there).
+    #[error(
+        "cluster {cluster:?} at {server}: the identity of Secret {secret} may not do this (HTTP \
+         403): {detail}; grant it what the chart writes there"
+    )]
+    ClusterForbidden {
+        /// The cluster.
+        cluster: String,
+        /// The API server, scheme, host and port only.
+        server: String,
+        /// The Secret holding the credentials, `namespace/name`.
+        secret: String,
+        /// The API server's message.
+        detail: String,
+    },
+
     /// The TLS handshake failed: the server's certificate does not match the kubeconfig's CA or
     /// name, or the client certificate was refused.
     #[error("cluster {cluster:?} at {server}: TLS failed: {detail}")]
@@ -124,7 +143,7 @@ pub enum Error {
         detail: String,
     },
 
-    /// The cluster answered, with an error other than the above (403, 404, 500, …).
+    /// The cluster answered, with an error other than the above (404, 409, 500, …).
     #[error("cluster {cluster:?} at {server}: request failed: {detail}")]
     ClusterRequestFailed {
         /// The cluster.
@@ -154,6 +173,7 @@ impl Error {
             Error::UnsupportedAuth { .. } => "UnsupportedAuth",
             Error::ClusterUnreachable { .. } => "ClusterUnreachable",
             Error::ClusterUnauthorized { .. } => "ClusterUnauthorized",
+            Error::ClusterForbidden { .. } => "ClusterForbidden",
             Error::ClusterTls { .. } => "ClusterTLSFailed",
             Error::ClusterRequestFailed { .. } => "ClusterRequestFailed",
             Error::InvalidSelector { .. } => "InvalidClusterSelector",
@@ -162,7 +182,7 @@ impl Error {
 }
 
 /// The error of a request to `cluster` (registered by `secret`, served at `server`), classified:
-/// no answer, 401, TLS, or any other failure.
+/// no answer, 401, 403, TLS, or any other failure.
 pub(super) fn request_error(cluster: &str, secret: &str, server: &str, err: kube::Error) -> Error {
     let cluster = cluster.to_string();
     let server = server.to_string();
@@ -171,6 +191,12 @@ pub(super) fn request_error(cluster: &str, secret: &str, server: &str, err: kube
             let detail = format!("HTTP {}: {}", status.code, status.message);
             match status.code {
                 401 => Error::ClusterUnauthorized {
+                    cluster,
+                    server,
+                    secret: secret.to_string(),
+                    detail: status.message.clone(),
+                },
+                403 => Error::ClusterForbidden {
                     cluster,
                     server,
                     secret: secret.to_string(),

@@ -138,6 +138,8 @@ pub struct Registry {
 struct Inner {
     namespace: String,
     local: ClusterClient,
+    /// Where remote clients count their requests, under their cluster's name.
+    metrics: Option<Arc<crate::runtime::Metrics>>,
     /// One store per registration label.
     stores: Vec<Store<Secret>>,
     cache: Arc<Mutex<HashMap<String, ClusterClient>>>,
@@ -159,7 +161,26 @@ impl Registry {
     ///
     /// Needs list and watch on Secrets in `namespace` (nothing else: no get, no write).
     pub fn new(client: kube::Client, namespace: impl Into<String>, config: kube::Config) -> Self {
-        let namespace = namespace.into();
+        Self::start(client, namespace.into(), config, None)
+    }
+
+    /// As [`Registry::new`], with every request of a remote client counted in `metrics`
+    /// (`compositor_api_requests_total`) under its cluster's name.
+    pub fn counted(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        config: kube::Config,
+        metrics: Arc<crate::runtime::Metrics>,
+    ) -> Self {
+        Self::start(client, namespace.into(), config, Some(metrics))
+    }
+
+    fn start(
+        client: kube::Client,
+        namespace: String,
+        config: kube::Config,
+        metrics: Option<Arc<crate::runtime::Metrics>>,
+    ) -> Self {
         let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
         let mut stores = Vec::new();
         let mut streams = Vec::new();
@@ -183,6 +204,7 @@ impl Registry {
         Self::build(
             namespace,
             local_client(client, config),
+            metrics,
             stores,
             cache,
             Some(watch),
@@ -192,6 +214,7 @@ impl Registry {
     fn build(
         namespace: String,
         local: ClusterClient,
+        metrics: Option<Arc<crate::runtime::Metrics>>,
         stores: Vec<Store<Secret>>,
         cache: Arc<Mutex<HashMap<String, ClusterClient>>>,
         watch: Option<tokio::task::JoinHandle<()>>,
@@ -200,6 +223,7 @@ impl Registry {
             inner: Arc::new(Inner {
                 namespace,
                 local,
+                metrics,
                 stores,
                 cache,
                 watch,
@@ -283,12 +307,15 @@ impl Registry {
             return Ok(cached.clone());
         }
         let config = kubeconfig::remote_config(name, &secret_ref, kubeconfig).await?;
-        let client =
-            kube::Client::try_from(config.clone()).map_err(|err| Error::InvalidKubeconfig {
-                cluster: name.to_string(),
-                secret: secret_ref.clone(),
-                detail: build_error(&err),
-            })?;
+        let client = match &self.inner.metrics {
+            Some(metrics) => crate::runtime::cluster_client(name, config.clone(), metrics.clone()),
+            None => kube::Client::try_from(config.clone()),
+        }
+        .map_err(|err| Error::InvalidKubeconfig {
+            cluster: name.to_string(),
+            secret: secret_ref.clone(),
+            detail: build_error(&err),
+        })?;
         tracing::info!(
             cluster = name,
             secret = secret_ref,

@@ -85,7 +85,7 @@ impl Fixture {
             cache: cache.clone(),
         };
         let local = local_client(client, config);
-        let registry = Registry::build(NS.into(), local, stores, cache, None);
+        let registry = Registry::build(NS.into(), local, None, stores, cache, None);
         Fixture {
             registry,
             writers,
@@ -473,11 +473,18 @@ fn request_errors_are_classified() {
         "ClusterUnreachable"
     );
     let forbidden = classify(api(403, "forbidden: nope"));
-    assert_eq!(forbidden.reason(), "ClusterRequestFailed");
+    assert_eq!(forbidden.reason(), "ClusterForbidden");
+    assert_eq!(
+        forbidden.to_string(),
+        "cluster \"eu\" at https://h:1: the identity of Secret compositor/eu may not do this \
+         (HTTP 403): forbidden: nope; grant it what the chart writes there"
+    );
+    let failed = classify(api(500, "etcd timeout"));
+    assert_eq!(failed.reason(), "ClusterRequestFailed");
     assert!(
-        forbidden
+        failed
             .to_string()
-            .ends_with("request failed: HTTP 403: forbidden: nope")
+            .ends_with("request failed: HTTP 500: etcd timeout")
     );
 }
 

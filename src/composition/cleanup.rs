@@ -177,7 +177,7 @@ async fn remove(
         .await?;
     }
     if owns_namespace {
-        delete_own_namespace(&namespaces, &target.namespace, object).await?;
+        delete_own_namespace(&reach, &namespaces, &target.namespace, object).await?;
     }
     Ok(())
 }
@@ -236,13 +236,16 @@ async fn uninstall(
 
 /// Deletes `name` if compositor created it for `object`; any other namespace stays.
 async fn delete_own_namespace(
+    reach: &Reach,
     namespaces: &Api<Namespace>,
     name: &str,
     object: &DynamicObject,
 ) -> Result<(), Error> {
     let refused = |error| match error {
-        kube::Error::Api(status) if status.code == 403 => Error::AccessPending(name.to_string()),
-        error => Error::Kube("delete the release namespace", error),
+        kube::Error::Api(status) if status.code == 403 && reach.is_local() => {
+            Error::AccessPending(name.to_string())
+        }
+        error => reach.blame(Error::Kube("delete the release namespace", error)),
     };
     let Some(namespace) = namespaces.get_opt(name).await.map_err(refused)? else {
         return Ok(());

@@ -1,6 +1,8 @@
 //! Why a composition is not (yet) installed: each error names its condition reason, whether only
 //! a change of the composition can fix it, and when to look again.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::kubeconfig;
@@ -118,6 +120,49 @@ impl Error {
     }
 }
 
+/// The longest wait between two attempts of a composition that keeps failing.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// The longest wait while access is pending: the operator's grant is on its way.
+const MAX_ACCESS_RETRY: Duration = Duration::from_secs(30);
+
+impl Error {
+    /// When to look again after the `failures`-th failure in a row: [`Error::retry_after`],
+    /// doubled with each failure before it, up to [`MAX_RETRY`]. A failing install costs a Helm
+    /// run and API requests; a hundred broken compositions must not cost them every 10 s.
+    pub(super) fn backoff(&self, failures: u32) -> Duration {
+        let cap = match self {
+            Error::AccessPending(_) => MAX_ACCESS_RETRY,
+            _ => MAX_RETRY.max(self.retry_after()),
+        };
+        let doublings = failures.saturating_sub(1).min(16);
+        self.retry_after().saturating_mul(1 << doublings).min(cap)
+    }
+}
+
+/// Failures in a row per composition (by UID), for [`Error::backoff`]. Only failing
+/// compositions have an entry; a success removes it.
+#[derive(Default)]
+pub(super) struct Failures(Mutex<HashMap<String, u32>>);
+
+impl Failures {
+    /// Counts one more failure of `uid`; the count so far.
+    pub(super) fn failed(&self, uid: &str) -> u32 {
+        let Ok(mut counts) = self.0.lock() else {
+            return 1;
+        };
+        let count = counts.entry(uid.to_string()).or_default();
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    /// Forgets the failures of `uid`, which reconciled.
+    pub(super) fn succeeded(&self, uid: &str) {
+        if let Ok(mut counts) = self.0.lock() {
+            counts.remove(uid);
+        }
+    }
+}
+
 /// The Helm operation on a release that failed; each has a reason of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HelmStep {
@@ -157,6 +202,30 @@ impl std::fmt::Display for HelmStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_composition_that_keeps_failing_is_retried_less_and_less_often() {
+        let failed = Error::Kube(
+            "read composition",
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        );
+        let waits: Vec<u64> = (1..=8).map(|n| failed.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(failed.backoff(u32::MAX), MAX_RETRY);
+        let pending = Error::AccessPending("team-a".into());
+        let waits: Vec<u64> = (1..=6).map(|n| pending.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30]);
+    }
+
+    #[test]
+    fn a_success_starts_the_count_again() {
+        let failures = Failures::default();
+        assert_eq!(failures.failed("a"), 1);
+        assert_eq!(failures.failed("a"), 2);
+        assert_eq!(failures.failed("b"), 1);
+        failures.succeeded("a");
+        assert_eq!(failures.failed("a"), 1);
+    }
 
     #[test]
     fn missing_permissions_are_looked_at_again_sooner_than_other_terminal_errors() {

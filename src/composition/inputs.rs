@@ -1,6 +1,8 @@
 //! What a release is made of: the chart this version installs, fetched as the definition
 //! resolved it, and the composition's values, checked against the chart's own schema.
 
+use std::sync::{Arc, Mutex};
+
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use serde_json::Value;
@@ -11,19 +13,49 @@ use crate::api::CompositionDefinition;
 use crate::chart::{self, Fetched};
 use crate::schema;
 
+/// The chart this controller fetched last, unpacked. A controller installs one chart version,
+/// so this is the chart nearly every reconcile needs: while the definition reports the same
+/// archive digest, it is used as it is, with no credentials read and no archive parsed again.
+#[derive(Default)]
+pub(super) struct LastChart(Mutex<Option<Arc<Fetched>>>);
+
+impl LastChart {
+    /// The remembered chart, if it is `version` with `digest` and its archive (what Helm is
+    /// given) is still on disk.
+    fn get(&self, version: &str, digest: &str) -> Option<Arc<Fetched>> {
+        let last = self.0.lock().ok()?.clone()?;
+        let same = last.version == version && last.digest == digest;
+        (same && last.archive_path.is_file()).then_some(last)
+    }
+
+    fn remember(&self, fetched: &Arc<Fetched>) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(fetched.clone());
+        }
+    }
+}
+
 /// The chart this version installs: the chart version the definition resolved for it, fetched
-/// with the definition's credentials.
+/// with the definition's credentials, unless it is the one fetched last (see [`LastChart`]).
 pub(super) async fn fetch_chart(
     definition: &CompositionDefinition,
     context: &Context,
-) -> Result<Fetched, Error> {
+) -> Result<Arc<Fetched>, Error> {
     let mine = &context.config.version;
-    let chart_version = definition
-        .status
-        .as_ref()
+    let status = definition.status.as_ref();
+    let chart_version = status
         .and_then(|s| s.versions.iter().find(|v| &v.version == mine))
         .map(|v| v.chart_version.clone())
         .ok_or_else(|| Error::DefinitionNotReady(definition.name_any()))?;
+    // The definition reports the digest of its current chart only; an older version's controller
+    // (during a move) fetches through the cache as before.
+    let digest = status
+        .and_then(|s| s.chart.as_ref())
+        .filter(|chart| chart.version == chart_version)
+        .map(|chart| chart.digest.as_str());
+    if let Some(last) = digest.and_then(|digest| context.last_chart.get(&chart_version, digest)) {
+        return Ok(last);
+    }
     let policy = chart::credentials::RefPolicy {
         namespace: context.config.definition_namespace.clone(),
         allow_cross_namespace: context.config.allow_cross_namespace_refs,
@@ -31,7 +63,9 @@ pub(super) async fn fetch_chart(
     let mut reference =
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
     reference.version = Some(chart_version);
-    Ok(chart::fetch(&reference, &context.cache).await?)
+    let fetched = Arc::new(chart::fetch(&reference, &context.cache).await?);
+    context.last_chart.remember(&fetched);
+    Ok(fetched)
 }
 
 /// The composition's values, refused with every path that breaks the chart's schema.

@@ -90,6 +90,10 @@ pub struct Context {
     clusters: Option<crate::clusters::Registry>,
     remotes: reach::Remotes,
     uninstall_attempts: cleanup::Attempts,
+    last_chart: inputs::LastChart,
+    failures: error::Failures,
+    /// `--workers` permits, shared out among namespaces in turn.
+    workers: crate::runtime::FairGate,
 }
 
 impl Context {
@@ -122,7 +126,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let clusters = match &config.clusters_namespace {
-            Some(namespace) => Some(registry(&client, namespace, &kube_config).await?),
+            Some(namespace) => Some(registry(&client, namespace, &kube_config, &metrics).await?),
             None => None,
         };
         Ok(Context {
@@ -130,6 +134,9 @@ impl Context {
             clusters,
             remotes: reach::Remotes::default(),
             uninstall_attempts: cleanup::Attempts::default(),
+            last_chart: inputs::LastChart::default(),
+            failures: error::Failures::default(),
+            workers: crate::runtime::FairGate::new(config.workers.into()),
             client,
             kube_config,
             config,
@@ -152,8 +159,14 @@ async fn registry(
     client: &Client,
     namespace: &str,
     kube_config: &kube::Config,
+    metrics: &Arc<Metrics>,
 ) -> Result<crate::clusters::Registry, String> {
-    let registry = crate::clusters::Registry::new(client.clone(), namespace, kube_config.clone());
+    let registry = crate::clusters::Registry::counted(
+        client.clone(),
+        namespace,
+        kube_config.clone(),
+        metrics.clone(),
+    );
     tokio::time::timeout(REGISTRY_START, registry.ready())
         .await
         .map_err(|_| {
@@ -206,9 +219,9 @@ pub async fn run(
     Controller::for_stream_with(changes, reader, context.resource.clone())
         .reconcile_all_on(clusters_changed)
         .trigger_backoff(crate::runtime::watch_backoff())
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(context.config.workers),
-        )
+        // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes
+        // namespaces in turn (kube's own limit would run them in the order they fell due).
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -271,23 +284,31 @@ fn asked_for(object: &DynamicObject) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Logs the failure and looks again when the error says (see [`Error`]).
-fn error_policy(object: Arc<DynamicObject>, error: &Error, _context: Arc<Context>) -> Action {
+/// Logs the failure and looks again when the error says, later with each failure in a row
+/// (see [`Error::backoff`]).
+fn error_policy(object: Arc<DynamicObject>, error: &Error, context: Arc<Context>) -> Action {
+    let failures = context.failures.failed(&object.uid().unwrap_or_default());
     let message = crate::runtime::error_message(error);
     if error.is_terminal() {
         tracing::info!(composition = %object.name_any(), error = %message, "waiting for a change");
     } else {
         tracing::warn!(composition = %object.name_any(), error = %message, "reconcile failed");
     }
-    Action::requeue(error.retry_after())
+    Action::requeue(error.backoff(failures))
 }
 
 /// One reconcile, timed and counted.
 #[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
 async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action, Error> {
+    let _worker = context
+        .workers
+        .enter(object.metadata.namespace.as_deref().unwrap_or_default())
+        .await;
     let started = Instant::now();
+    let uid = object.uid().unwrap_or_default();
     let result = reconcile_inner(object, &context).await;
     let outcome = if result.is_ok() {
+        context.failures.succeeded(&uid);
         ReconcileOutcome::Success
     } else {
         ReconcileOutcome::Error
@@ -322,9 +343,9 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
     .get(&context.config.definition_name)
     .await
     .map_err(|e| Error::Kube("read definition", e))?;
-    if !is_mine(&api, &object, &definition, context).await? {
+    let Some(object) = claim(&api, object, &definition, context).await? else {
         return Ok(Action::await_change());
-    }
+    };
     let mine = &context.config.version;
     if let Some(target) = object.annotations().get(MOVE_ANNOTATION)
         && target != mine
@@ -342,14 +363,15 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
     finalize(&api, object, &definition, context).await
 }
 
-/// Whether `object` is this version's. An unlabelled composition belongs to the definition's
-/// current version; labelling it is a change that brings it back here.
-async fn is_mine(
+/// `object` if it is this version's. An unlabelled composition belongs to the definition's
+/// current version: it is labelled and given the finalizer in one write (guarded by its
+/// resource version), and the reconcile goes on with the result.
+async fn claim(
     api: &Api<DynamicObject>,
-    object: &DynamicObject,
+    object: Arc<DynamicObject>,
     definition: &CompositionDefinition,
     context: &Context,
-) -> Result<bool, Error> {
+) -> Result<Option<Arc<DynamicObject>>, Error> {
     let current = definition
         .status
         .as_ref()
@@ -357,19 +379,33 @@ async fn is_mine(
         .map(|crd| crd.stored_version.clone());
     let mine = &context.config.version;
     match object.labels().get(VERSION_LABEL) {
-        Some(version) => Ok(version == mine),
+        Some(version) if version == mine => Ok(Some(object)),
+        Some(_) => Ok(None),
         None if current.as_deref() == Some(mine.as_str()) => {
-            let label = json!({"metadata": {"labels": {VERSION_LABEL: mine}}});
-            api.patch(
-                &object.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(label),
-            )
-            .await
-            .map_err(|e| Error::Kube("label composition", e))?;
-            Ok(false)
+            let mut metadata = json!({
+                "labels": {VERSION_LABEL: mine},
+                "resourceVersion": object.resource_version(),
+            });
+            let finalizers = object.finalizers();
+            // A finalizer cannot be added once deletion has begun.
+            if object.metadata.deletion_timestamp.is_none()
+                && !finalizers.iter().any(|f| f == FINALIZER)
+            {
+                let mut finalizers = finalizers.to_vec();
+                finalizers.push(FINALIZER.to_string());
+                metadata["finalizers"] = json!(finalizers);
+            }
+            let claimed = api
+                .patch(
+                    &object.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": metadata })),
+                )
+                .await
+                .map_err(|e| Error::Kube("label composition", e))?;
+            Ok(Some(Arc::new(claimed)))
         }
-        None => Ok(false),
+        None => Ok(None),
     }
 }
 

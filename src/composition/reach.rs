@@ -28,6 +28,12 @@ pub(super) struct Reach {
 }
 
 impl Reach {
+    /// Whether this is the management cluster, where the operator grants the controller each
+    /// release namespace.
+    pub(super) fn is_local(&self) -> bool {
+        self.remote.is_none()
+    }
+
     /// `error` as the cluster's: a request a remote cluster did not answer is that cluster's
     /// problem (unreachable, credentials refused), reported with its own reason.
     pub(super) fn blame(&self, error: Error) -> Error {

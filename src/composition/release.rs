@@ -356,17 +356,18 @@ async fn create_namespace(reach: &Reach, name: &str, object: &DynamicObject) -> 
     }
 }
 
-/// Helm's latest record of the target's release, read without a `helm` process; a refusal
-/// means the operator has not granted the release namespace yet.
+/// Helm's latest record of the target's release, read without a `helm` process. On the
+/// management cluster a refusal means the operator has not granted the release namespace yet;
+/// on a registered one it is the Secret's identity that may not ([`Reach::blame`]).
 pub(super) async fn release_record(
     reach: &Reach,
     target: &Target,
 ) -> Result<Option<Record>, Error> {
     match helm::latest_record(&reach.client, &target.namespace, &target.release).await {
-        Err(kube::Error::Api(status)) if status.code == 403 => {
+        Err(kube::Error::Api(status)) if status.code == 403 && reach.is_local() => {
             Err(Error::AccessPending(target.namespace.clone()))
         }
-        result => result.map_err(|e| Error::Kube("read release records", e)),
+        result => result.map_err(|e| reach.blame(Error::Kube("read release records", e))),
     }
 }
 

@@ -1,8 +1,8 @@
 //! The Kubernetes client both roles use: kube's own stack, with every request counted in
-//! `compositor_api_requests_total` by verb, resource and status code.
+//! `compositor_api_requests_total` by cluster, verb, resource and status code.
 //!
-//! Labels stay bounded: the resource is the plural (plus subresource) parsed from the request
-//! path, never an object's name or namespace.
+//! Labels stay bounded: the cluster is `local` or a registered cluster's name, the resource the
+//! plural (plus subresource) parsed from the request path, never an object's name or namespace.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,11 +17,24 @@ use super::Metrics;
 /// The code label of a request that got no HTTP response (connection refused, timeout, TLS).
 pub const NO_RESPONSE: &str = "<error>";
 
-/// A client for `config` whose requests are counted in `metrics`; otherwise exactly the client
-/// `kube::Client::try_from(config)` builds (same TLS, auth, retries and timeouts).
+/// A client of the management cluster for `config` whose requests are counted in `metrics`
+/// under the cluster `local`; otherwise exactly the client `kube::Client::try_from(config)`
+/// builds (same TLS, auth, retries and timeouts).
 pub fn client(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
+    cluster_client(crate::clusters::LOCAL, config, metrics)
+}
+
+/// As [`client`], for the cluster named `cluster`.
+pub fn cluster_client(
+    cluster: &str,
+    config: kube::Config,
+    metrics: Arc<Metrics>,
+) -> Result<kube::Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
-        .with_layer(&CountLayer { metrics })
+        .with_layer(&CountLayer {
+            metrics,
+            cluster: cluster.into(),
+        })
         .build())
 }
 
@@ -30,6 +43,7 @@ pub fn client(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Clien
 #[derive(Clone)]
 struct CountLayer {
     metrics: Arc<Metrics>,
+    cluster: Arc<str>,
 }
 
 impl<S> tower_layer::Layer<S> for CountLayer {
@@ -39,6 +53,7 @@ impl<S> tower_layer::Layer<S> for CountLayer {
         Counted {
             inner,
             metrics: self.metrics.clone(),
+            cluster: self.cluster.clone(),
         }
     }
 }
@@ -48,6 +63,7 @@ impl<S> tower_layer::Layer<S> for CountLayer {
 struct Counted<S> {
     inner: S,
     metrics: Arc<Metrics>,
+    cluster: Arc<str>,
 }
 
 impl<S, B, R> tower_service::Service<Request<B>> for Counted<S>
@@ -68,6 +84,7 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let target = Target::of(request.method(), request.uri());
         let metrics = self.metrics.clone();
+        let cluster = self.cluster.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
             let result = response.await;
@@ -75,7 +92,7 @@ where
                 Ok(response) => response.status().as_str().to_string(),
                 Err(_) => NO_RESPONSE.to_string(),
             };
-            metrics.api_request(target.verb, &target.resource, &code);
+            metrics.api_request(&cluster, target.verb, &target.resource, &code);
             result
         })
     }
@@ -314,6 +331,7 @@ mod tests {
         let mut service = tower_layer::Layer::layer(
             &CountLayer {
                 metrics: metrics.clone(),
+                cluster: "edge".into(),
             },
             tower_service_fn(|_request: Request<()>| async {
                 Ok::<_, std::convert::Infallible>(
@@ -329,7 +347,7 @@ mod tests {
         let text = metrics.encode().expect("encode");
         assert!(
             text.contains(
-                "compositor_api_requests_total{verb=\"get\",resource=\"secrets\",code=\"404\"} 1"
+                "compositor_api_requests_total{cluster=\"edge\",verb=\"get\",resource=\"secrets\",code=\"404\"} 1"
             ),
             "{text}"
         );

@@ -45,6 +45,7 @@ struct HelmLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
+    cluster: String,
     verb: String,
     resource: String,
     code: String,
@@ -112,7 +113,7 @@ impl Default for Metrics {
         let api_requests = Family::<ApiLabels, Counter>::default();
         registry.register(
             "api_requests",
-            "Requests to the Kubernetes API by verb, resource and HTTP status code",
+            "Requests to the Kubernetes API by cluster, verb, resource and HTTP status code",
             api_requests.clone(),
         );
         let definitions = Family::<PhaseLabels, Gauge>::default();
@@ -174,10 +175,12 @@ impl Metrics {
             .sum()
     }
 
-    /// Records one request to the Kubernetes API and its status code.
-    pub fn api_request(&self, verb: &str, resource: &str, code: &str) {
+    /// Records one request to the API of `cluster` (`local` or a registered cluster's name) and
+    /// its status code.
+    pub fn api_request(&self, cluster: &str, verb: &str, resource: &str, code: &str) {
         self.api_requests
             .get_or_create(&ApiLabels {
+                cluster: cluster.to_string(),
                 verb: verb.to_string(),
                 resource: resource.to_string(),
                 code: code.to_string(),

@@ -1,14 +1,17 @@
 //! What both roles share at run time: logging, metrics, the Kubernetes client, leader
-//! election, the health and metrics server, and shutdown on a signal.
+//! election, a fair share of the workers, the health and metrics server, and shutdown on a
+//! signal.
 
 mod client;
+mod fair;
 pub mod leader;
 mod lifecycle;
 mod metrics;
 mod phases;
 mod text;
 
-pub use client::{NO_RESPONSE, Target, client};
+pub use client::{NO_RESPONSE, Target, client, cluster_client};
+pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
 pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};
 pub use phases::{composition_phase, definition_phase};

@@ -579,6 +579,85 @@ impl Remote {
     }
 }
 
+impl Remote {
+    /// A kubeconfig for the remote that authenticates with a client certificate for user
+    /// `user` in group `system:masters`, signed by the remote's CA (the API server's
+    /// `--client-ca-file`), with the API server's name given as `tls-server-name`.
+    pub fn client_certificate_kubeconfig(&self, user: &str) -> String {
+        let pki = self.dir.path().join("pki");
+        let key = pki.join(format!("{user}.key"));
+        let csr = pki.join(format!("{user}.csr"));
+        let crt = pki.join(format!("{user}.crt"));
+        let subject = format!("/CN={user}/O=system:masters");
+        let openssl = |args: &[&std::ffi::OsStr]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        openssl(&[
+            "req".as_ref(),
+            "-newkey".as_ref(),
+            "rsa:2048".as_ref(),
+            "-nodes".as_ref(),
+            "-keyout".as_ref(),
+            key.as_os_str(),
+            "-out".as_ref(),
+            csr.as_os_str(),
+            "-subj".as_ref(),
+            subject.as_ref(),
+        ]);
+        openssl(&[
+            "x509".as_ref(),
+            "-req".as_ref(),
+            "-in".as_ref(),
+            csr.as_os_str(),
+            "-CA".as_ref(),
+            pki.join("ca.crt").as_os_str(),
+            "-CAkey".as_ref(),
+            pki.join("ca.key").as_os_str(),
+            "-CAcreateserial".as_ref(),
+            "-days".as_ref(),
+            "1".as_ref(),
+            "-out".as_ref(),
+            crt.as_os_str(),
+        ]);
+        use base64::Engine;
+        let encode = |path: &Path| {
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("pem"))
+        };
+        let admin = self.admin_kubeconfig();
+        let mut lines = Vec::new();
+        for line in admin.lines() {
+            match line.split_once("token: ") {
+                Some((indent, _)) => {
+                    lines.push(format!("{indent}client-certificate-data: {}", encode(&crt)));
+                    lines.push(format!("{indent}client-key-data: {}", encode(&key)));
+                }
+                None if line.trim_start().starts_with("server: ") => {
+                    lines.push(line.to_string());
+                    let indent = &line[..line.len() - line.trim_start().len()];
+                    lines.push(format!("{indent}tls-server-name: localhost"));
+                }
+                None => lines.push(line.to_string()),
+            }
+        }
+        lines.join("\n")
+    }
+
+    /// Starts the API server [`Remote::stop_apiserver`] killed again, on the same port with the
+    /// same data, and waits until it is ready.
+    pub fn start_apiserver(&self) {
+        let out = self.testbed(&["restart", "kube-apiserver"]);
+        assert!(
+            out.status.success(),
+            "the remote apiserver did not come back: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for Remote {
     fn drop(&mut self) {
         let out = self.testbed(&["down"]);
