@@ -127,6 +127,8 @@ impl Rollout {
                 controller_cache.to_str().unwrap(),
                 "--remote-uninstall-attempts",
                 "2",
+                "--log-format",
+                "json",
             ],
         )
         .await;

@@ -589,6 +589,13 @@ impl Remote {
         let csr = pki.join(format!("{user}.csr"));
         let crt = pki.join(format!("{user}.crt"));
         let subject = format!("/CN={user}/O=system:masters");
+        // Extensions make it an X.509 v3 certificate, the only version rustls accepts.
+        let extensions = pki.join(format!("{user}.ext"));
+        std::fs::write(
+            &extensions,
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+        )
+        .expect("extensions file");
         let openssl = |args: &[&std::ffi::OsStr]| {
             let out = Command::new("openssl")
                 .args(args)
@@ -620,6 +627,8 @@ impl Remote {
             "-CAcreateserial".as_ref(),
             "-days".as_ref(),
             "1".as_ref(),
+            "-extfile".as_ref(),
+            extensions.as_os_str(),
             "-out".as_ref(),
             crt.as_os_str(),
         ]);
