@@ -2096,6 +2096,7 @@ async fn many_compositions_in_parallel_all_become_ready() {
         .run_controller("fireworksapps-v1-1-5-controller", &["--workers", "4"])
         .await;
     let compositions = fixture.compositions("v1-1-5", &fixture.namespace);
+    let started = std::time::Instant::now();
     for i in 0..COUNT {
         let name = format!("app-{i}");
         compositions
@@ -2124,6 +2125,30 @@ async fn many_compositions_in_parallel_all_become_ready() {
         0.0,
         "no reconcile failed on the way:\n{}",
         controller.output()
+    );
+
+    // The permission checks of every install share one rules review of the namespace while it
+    // is fresh (10 s), and the chart writes only namespaced objects: no access review at all.
+    let reviews = |resource: &str| {
+        format!(r#"compositor_api_requests_total{{verb="create",resource="{resource}","#)
+    };
+    let rules_reviews = controller
+        .metric_sum(&reviews("selfsubjectrulesreviews"))
+        .await;
+    let access_reviews = controller
+        .metric_sum(&reviews("selfsubjectaccessreviews"))
+        .await;
+    let elapsed = started.elapsed().as_secs();
+    eprintln!(
+        "{COUNT} installs in {elapsed}s: {rules_reviews} rules reviews, {access_reviews} access reviews"
+    );
+    assert_eq!(
+        access_reviews, 0.0,
+        "no access review for namespaced objects"
+    );
+    assert!(
+        (1.0..=(1 + elapsed / 10) as f64).contains(&rules_reviews),
+        "one rules review per 10 s at most: {rules_reviews} in {elapsed}s"
     );
 }
 

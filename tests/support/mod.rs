@@ -303,6 +303,17 @@ impl Process {
             .sum()
     }
 
+    /// The sum of every series that starts with `prefix` (a name and its first labels, e.g.
+    /// `name{verb="create",`), whatever the labels after it.
+    pub async fn metric_sum(&self, prefix: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|line| line.starts_with(prefix))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .fold(0.0, |sum, value| sum + value)
+    }
+
     async fn metrics(&self) -> String {
         let address = self
             .output()

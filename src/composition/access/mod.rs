@@ -1,11 +1,24 @@
 //! The pre-install check: every object Helm would write (templates, hooks and the chart's
 //! `crds/`) is put to the real authorizer, in the object's own namespace or at cluster scope,
 //! before any Helm call, so that nothing is installed halfway.
+//!
+//! Each object is asked for `create` (without its name, as Kubernetes authorizes it), `patch`
+//! and `delete`. A namespaced object is checked against its namespace's rules: one
+//! SelfSubjectRulesReview per namespace, shared by the checks that run at once and kept for
+//! [`rules::RULES_TTL`] in [`Kinds`], and evaluated here ([`rules`]). What they allow is
+//! allowed; anything else is asked with a SelfSubjectAccessReview, so a denial never rests on
+//! the cached rules alone (the authorizer may be more than RBAC), and a review that says its
+//! rules are incomplete sends all of its namespace's asks there too. A cluster-scoped object
+//! (a CRD, a ClusterRole, a Namespace) is always asked with a SelfSubjectAccessReview: a rules
+//! review lists a namespace's rules, RoleBindings' with ClusterRoleBindings', and so cannot say
+//! what holds at cluster scope.
+
+mod rules;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -13,13 +26,16 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::json;
 
+use self::rules::{Reviewed, RulesCache};
 use crate::bundle::{ResolvedKind, TypeRef, crd_kinds};
 use crate::helm::RenderedDocument;
 
-/// Access reviews in flight at once.
+/// Reviews in flight at once.
 const CONCURRENT_REVIEWS: usize = 8;
 /// Denials named in one message; the rest are counted.
 const NAMED_DENIALS: usize = 5;
+/// What each object is asked for.
+const VERBS: [&str; 3] = ["create", "patch", "delete"];
 
 /// A write the controller may not make.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -44,11 +60,14 @@ impl std::fmt::Display for Denial {
     }
 }
 
-/// Resolves kinds to resources by discovery, remembering what it found: a served kind does not
-/// change its resource or scope.
+/// What the controller knows of one cluster as one identity (one value per cluster and
+/// kubeconfig revision): the resource of each kind, found by discovery and remembered, since a
+/// served kind does not change its resource or scope; and the rules of each namespace, reviewed
+/// at most once per [`rules::RULES_TTL`].
 #[derive(Default)]
 pub struct Kinds {
     known: Mutex<HashMap<TypeRef, ResolvedKind>>,
+    rules: RulesCache,
 }
 
 impl Kinds {
@@ -70,6 +89,33 @@ impl Kinds {
     }
 }
 
+/// One write put to the authorizer.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Ask {
+    kind: ResolvedKind,
+    /// The object's namespace; `None` at cluster scope.
+    namespace: Option<String>,
+    name: String,
+    verb: &'static str,
+}
+
+impl Ask {
+    /// The name the authorizer is asked about: none for `create`, which Kubernetes authorizes
+    /// before the object exists.
+    fn asked_name(&self) -> Option<&str> {
+        (self.verb != "create").then_some(self.name.as_str())
+    }
+
+    fn denial(self) -> Denial {
+        Denial {
+            verb: self.verb,
+            resource: self.kind.to_string(),
+            namespace: self.namespace,
+            name: self.name,
+        }
+    }
+}
+
 /// What the controller may not write of `documents` when installed into `namespace`, and the
 /// kinds neither the cluster nor the chart's own CRDs serve. Every object is asked for `create`
 /// (which Kubernetes cannot limit by name), and `patch` and `delete` by name.
@@ -79,6 +125,42 @@ pub async fn denials(
     documents: &[RenderedDocument],
     namespace: &str,
 ) -> Result<(BTreeSet<Denial>, BTreeSet<String>), kube::Error> {
+    let (asks, unserved) = asks(client, kinds, documents, namespace).await?;
+    let rules = namespace_rules(client, kinds, &asks).await?;
+    let unsure: Vec<Ask> = asks
+        .into_iter()
+        .filter(|ask| !allowed_by(&rules, ask))
+        .collect();
+    let reviews = unsure.into_iter().map(|ask| review(client, ask));
+    let answers: Vec<_> = futures::stream::iter(reviews)
+        .buffer_unordered(CONCURRENT_REVIEWS)
+        .try_collect()
+        .await?;
+    let mut denied = BTreeSet::new();
+    for (ask, allowed) in answers {
+        if !allowed {
+            denied.insert(ask.denial());
+            continue;
+        }
+        // The rules denied what the authorizer allows: the grants changed since the review.
+        if let Some(namespace) = &ask.namespace
+            && let Some(reviewed) = rules.get(namespace)
+            && reviewed.rules.is_complete()
+        {
+            kinds.rules.forget(namespace, reviewed);
+        }
+    }
+    Ok((denied, unserved))
+}
+
+/// Every write of `documents`, each object in its own namespace (the release's when it names
+/// none) or at cluster scope, and the kinds no one serves.
+async fn asks(
+    client: &Client,
+    kinds: &Kinds,
+    documents: &[RenderedDocument],
+    namespace: &str,
+) -> Result<(BTreeSet<Ask>, BTreeSet<String>), kube::Error> {
     let own = crd_kinds(documents);
     let mut unserved = BTreeSet::new();
     let mut asks = BTreeSet::new();
@@ -106,43 +188,66 @@ pub async fn denials(
                 .clone()
                 .unwrap_or_else(|| namespace.to_string())
         });
-        for verb in ["create", "patch", "delete"] {
-            asks.insert((
-                resolved.clone(),
-                object_namespace.clone(),
-                object.name.clone(),
+        for verb in VERBS {
+            asks.insert(Ask {
+                kind: resolved.clone(),
+                namespace: object_namespace.clone(),
+                name: object.name.clone(),
                 verb,
-            ));
+            });
         }
     }
-    let reviews: Vec<_> = asks
-        .into_iter()
-        .map(|(kind, namespace, name, verb)| review(client, kind, namespace, name, verb))
-        .collect();
-    let answers: Vec<_> = futures::stream::iter(reviews)
-        .buffer_unordered(CONCURRENT_REVIEWS)
-        .collect()
-        .await;
-    let mut denied = BTreeSet::new();
-    for answer in answers {
-        denied.extend(answer?);
-    }
-    Ok((denied, unserved))
+    Ok((asks, unserved))
 }
 
-/// One SelfSubjectAccessReview, the denial when refused; `create` is asked without the name,
-/// as Kubernetes authorizes it.
-async fn review(
+/// The rules of each namespace that `asks` write into, reviewed side by side (or cached).
+async fn namespace_rules(
     client: &Client,
-    kind: ResolvedKind,
-    namespace: Option<String>,
-    name: String,
-    verb: &'static str,
-) -> Result<Option<Denial>, kube::Error> {
-    let asked_name = (verb != "create").then_some(&name);
+    kinds: &Kinds,
+    asks: &BTreeSet<Ask>,
+) -> Result<HashMap<String, Reviewed>, kube::Error> {
+    let namespaces: BTreeSet<String> = asks.iter().filter_map(|a| a.namespace.clone()).collect();
+    let reviews = namespaces
+        .into_iter()
+        .map(|namespace| namespace_review(client, kinds, namespace));
+    futures::stream::iter(reviews)
+        .buffer_unordered(CONCURRENT_REVIEWS)
+        .try_collect()
+        .await
+}
+
+/// The rules of `namespace`, with its name.
+async fn namespace_review(
+    client: &Client,
+    kinds: &Kinds,
+    namespace: String,
+) -> Result<(String, Reviewed), kube::Error> {
+    let reviewed = kinds
+        .rules
+        .rules(&namespace, || rules::review(client, &namespace))
+        .await?;
+    Ok((namespace, reviewed))
+}
+
+/// Whether its namespace's rules allow `ask`; never at cluster scope.
+fn allowed_by(rules: &HashMap<String, Reviewed>, ask: &Ask) -> bool {
+    let Some(reviewed) = ask.namespace.as_ref().and_then(|n| rules.get(n)) else {
+        return false;
+    };
+    reviewed.rules.allows(
+        ask.verb,
+        &ask.kind.group,
+        &ask.kind.plural,
+        ask.asked_name(),
+    )
+}
+
+/// One SelfSubjectAccessReview: `ask`, and whether the authorizer allows it.
+async fn review(client: &Client, ask: Ask) -> Result<(Ask, bool), kube::Error> {
     let review: SelfSubjectAccessReview = serde_json::from_value(json!({
         "spec": {"resourceAttributes": {
-            "verb": verb, "group": kind.group, "resource": kind.plural, "namespace": namespace, "name": asked_name,
+            "verb": ask.verb, "group": ask.kind.group, "resource": ask.kind.plural,
+            "namespace": ask.namespace, "name": ask.asked_name(),
         }}
     }))
     .map_err(kube::Error::SerdeError)?;
@@ -150,12 +255,7 @@ async fn review(
         .create(&PostParams::default(), &review)
         .await?;
     let allowed = answer.status.is_some_and(|s| s.allowed);
-    Ok((!allowed).then(|| Denial {
-        verb,
-        resource: kind.to_string(),
-        namespace,
-        name,
-    }))
+    Ok((ask, allowed))
 }
 
 /// What a composition can do about denied writes, in one message: the definition grants what
