@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
-use super::access::Kinds;
+use super::access::{self, Kinds};
 use super::placement::LOCAL_CLUSTER;
 use super::{Context, Error};
 use crate::api::{ClusterPlacement, Placement};
@@ -32,6 +32,18 @@ impl Reach {
     /// release namespace.
     pub(super) fn is_local(&self) -> bool {
         self.remote.is_none()
+    }
+
+    /// Who installs on this cluster: this controller with what `definition` grants it, or a
+    /// registered cluster's Secret's identity.
+    pub(super) fn installer<'a>(&'a self, definition: &'a str) -> access::Installer<'a> {
+        match &self.remote {
+            None => access::Installer::Controller { definition },
+            Some(cluster) => access::Installer::Remote {
+                cluster: &cluster.name,
+                secret: cluster.secret.as_deref().unwrap_or_default(),
+            },
+        }
     }
 
     /// `error` as the cluster's: a request a remote cluster did not answer is that cluster's

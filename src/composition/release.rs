@@ -181,7 +181,8 @@ impl Release<'_> {
             "{}/{}",
             context.config.definition_namespace, context.config.definition_name
         );
-        let message = access::explain(&denied, &unserved, namespace, &definition);
+        let installer = self.reach.installer(&definition);
+        let message = access::explain(&denied, &unserved, namespace, &installer);
         Err(Error::PermissionsMissing(message))
     }
 

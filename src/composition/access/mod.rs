@@ -258,14 +258,32 @@ async fn review(client: &Client, ask: Ask) -> Result<(Ask, bool), kube::Error> {
     Ok((ask, allowed))
 }
 
-/// What a composition can do about denied writes, in one message: the definition grants what
-/// its chart writes with its default values, in the release namespace, in the namespaces that
-/// render writes into, and in the namespaces it lists.
+/// Who writes a release, and so who must be granted what is denied.
+pub enum Installer<'a> {
+    /// This controller, on the management cluster, with what definition `namespace/name`
+    /// grants it.
+    Controller {
+        /// The definition, `namespace/name`.
+        definition: &'a str,
+    },
+    /// The identity a registered cluster's Secret gives; the operator grants nothing there.
+    Remote {
+        /// The cluster.
+        cluster: &'a str,
+        /// The registration Secret, `namespace/name`.
+        secret: &'a str,
+    },
+}
+
+/// What a composition can do about denied writes, in one message: on the management cluster,
+/// the definition grants what its chart writes with its default values, in the release
+/// namespace, in the namespaces that render writes into, and in the namespaces it lists; on a
+/// registered cluster, whoever runs it grants the Secret's identity.
 pub fn explain(
     denied: &BTreeSet<Denial>,
     unserved: &BTreeSet<String>,
     release_namespace: &str,
-    definition: &str,
+    installer: &Installer<'_>,
 ) -> String {
     let mut parts = Vec::new();
     if !unserved.is_empty() {
@@ -281,11 +299,21 @@ pub fn explain(
             .take(NAMED_DENIALS)
             .map(|d| d.to_string())
             .collect();
-        let mut line = format!("this controller may not {}", named.join(", "));
+        let who = match installer {
+            Installer::Controller { .. } => "this controller".to_string(),
+            Installer::Remote { cluster, secret } => {
+                format!("on cluster {cluster}, the identity of Secret {secret}")
+            }
+        };
+        let mut line = format!("{who} may not {}", named.join(", "));
         if denied.len() > NAMED_DENIALS {
             line.push_str(&format!(" and {} more", denied.len() - NAMED_DENIALS));
         }
         parts.push(line);
+        let Installer::Controller { definition } = installer else {
+            parts.push("the operator grants nothing on a registered cluster: grant that identity what the chart writes there".into());
+            return parts.join("; ");
+        };
         let foreign: BTreeSet<&str> = denied
             .iter()
             .filter_map(|d| d.namespace.as_deref())
@@ -337,7 +365,14 @@ mod tests {
             ),
         ]
         .into();
-        let message = explain(&denied, &BTreeSet::new(), "team", "demo/fireworksapp");
+        let message = explain(
+            &denied,
+            &BTreeSet::new(),
+            "team",
+            &Installer::Controller {
+                definition: "demo/fireworksapp",
+            },
+        );
         assert!(
             message.starts_with(
                 r#"this controller may not create applications.argoproj.io "acme" in namespace elsewhere, patch clusterroles.rbac.authorization.k8s.io "acme-x" (cluster-scoped)"#
@@ -357,12 +392,35 @@ mod tests {
             .map(|i| denial("create", "configmaps", Some("team"), &format!("c{i}")))
             .collect();
         let unserved = ["example.com/v1/Widget".to_string()].into();
-        let message = explain(&denied, &unserved, "team", "demo/app");
+        let message = explain(
+            &denied,
+            &unserved,
+            "team",
+            &Installer::Controller {
+                definition: "demo/app",
+            },
+        );
         assert!(message.starts_with("the cluster does not serve example.com/v1/Widget; install their CRDs first; this controller may not"), "{message}");
         assert!(message.contains("and 3 more"), "{message}");
         assert!(
             !message.contains("spec.permissions"),
             "the release namespace needs no listing: {message}"
+        );
+    }
+
+    #[test]
+    fn on_a_registered_cluster_the_secrets_identity_is_blamed() {
+        let denied = BTreeSet::from([denial("create", "secrets", Some("acme"), "x")]);
+        let installer = Installer::Remote {
+            cluster: "edge",
+            secret: "compositor/edge",
+        };
+        let message = explain(&denied, &BTreeSet::new(), "acme", &installer);
+        assert_eq!(
+            message,
+            "on cluster edge, the identity of Secret compositor/edge may not create secrets \"x\" \
+             in namespace acme; the operator grants nothing on a registered cluster: grant that \
+             identity what the chart writes there"
         );
     }
 }
