@@ -68,13 +68,13 @@ async fn main() -> ExitCode {
     bench_support::main("controller-bench", run).await
 }
 
-/// How many compositions: `BENCH_SCALE`, else [`DEFAULT_COUNT`].
+/// How many compositions: `BENCH_SCALE` when set and not empty, else [`DEFAULT_COUNT`].
 fn count() -> Result<usize, Error> {
     match std::env::var("BENCH_SCALE") {
-        Ok(scale) => Ok(scale
+        Ok(scale) if !scale.is_empty() => Ok(scale
             .parse()
             .map_err(|_| format!("BENCH_SCALE={scale:?} is not a number"))?),
-        Err(_) => Ok(DEFAULT_COUNT),
+        _ => Ok(DEFAULT_COUNT),
     }
 }
 

@@ -519,7 +519,10 @@ async fn api_requests_are_counted_with_bounded_labels_and_move_with_the_work() {
     for (labels, _) in &all {
         let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
         assert_eq!(keys, ["cluster", "code", "resource", "verb"], "{labels:?}");
-        assert_eq!(labels["cluster"], "local", "the operator talks to its own cluster only");
+        assert_eq!(
+            labels["cluster"], "local",
+            "the operator talks to its own cluster only"
+        );
         let code = &labels["code"];
         assert!(
             code == "<error>" || (code.len() == 3 && code.parse::<u16>().is_ok()),
