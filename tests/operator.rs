@@ -2130,7 +2130,9 @@ async fn many_compositions_in_parallel_all_become_ready() {
     // The permission checks of every install share one rules review of the namespace while it
     // is fresh (10 s), and the chart writes only namespaced objects: no access review at all.
     let reviews = |resource: &str| {
-        format!(r#"compositor_api_requests_total{{verb="create",resource="{resource}","#)
+        format!(
+            r#"compositor_api_requests_total{{cluster="local",verb="create",resource="{resource}","#
+        )
     };
     let rules_reviews = controller
         .metric_sum(&reviews("selfsubjectrulesreviews"))
