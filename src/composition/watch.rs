@@ -1,0 +1,113 @@
+//! How the controller is driven: one watch of this version's compositions (a reconcile for what
+//! a user can change, none for the controller's own status writes), every composition again
+//! when the registered clusters change, and an error policy that backs off per composition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::core::DynamicObject;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
+
+use super::{Context, Error, reconcile};
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api = Api::<DynamicObject>::all_with(context.client.clone(), &context.resource);
+    let writer = reflector::store::Writer::new(context.resource.clone());
+    let reader = writer.as_reader();
+    let phase = crate::runtime::composition_phase(&context.config.version);
+    let counted = crate::runtime::Counted::Compositions;
+    context.metrics.count_phases(counted, reader.clone(), phase);
+    let changes = watcher(api, watcher::Config::default())
+        .backoff(crate::runtime::watch_backoff())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(asked_for, PredicateConfig::default());
+    let clusters_changed = cluster_changes(context.clusters.clone());
+    Controller::for_stream_with(changes, reader, context.resource.clone())
+        .reconcile_all_on(clusters_changed)
+        .trigger_backoff(crate::runtime::watch_backoff())
+        // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes
+        // namespaces in turn (kube's own limit would run them in the order they fell due).
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+/// How often the registered clusters are compared with the last look (in memory: the registry
+/// watches their Secrets).
+const CLUSTER_LOOK: Duration = Duration::from_secs(2);
+
+/// Yields whenever the set of registered clusters changes, so that every composition is
+/// reconciled at once: a new cluster gets its releases, a removed one loses them, without
+/// waiting for the resync.
+fn cluster_changes(
+    registry: Option<crate::clusters::Registry>,
+) -> futures::stream::BoxStream<'static, ()> {
+    let Some(registry) = registry else {
+        return futures::stream::empty().boxed();
+    };
+    let names = move || -> Vec<String> {
+        let clusters = registry.clusters(None).unwrap_or_default();
+        clusters.into_iter().map(|cluster| cluster.name).collect()
+    };
+    let known = names();
+    futures::stream::unfold(known, move |mut known| {
+        let names = names.clone();
+        async move {
+            loop {
+                tokio::time::sleep(CLUSTER_LOOK).await;
+                let now = names();
+                if now != known {
+                    known = now;
+                    return Some(((), known));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// What a user can change: the spec (through the generation) and the metadata. The status is
+/// the controller's own, so its writes trigger nothing, and a failing composition is retried on
+/// the error policy's schedule rather than at once.
+fn asked_for(object: &DynamicObject) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &object.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Logs the failure and looks again when the error says, later with each failure in a row
+/// (see [`Error::backoff`]).
+fn error_policy(object: Arc<DynamicObject>, error: &Error, context: Arc<Context>) -> Action {
+    let failures = context.failures.failed(&object.uid().unwrap_or_default());
+    let message = crate::runtime::error_message(error);
+    if error.is_terminal() {
+        tracing::info!(composition = %object.name_any(), error = %message, "waiting for a change");
+    } else {
+        tracing::warn!(composition = %object.name_any(), error = %message, "reconcile failed");
+    }
+    Action::requeue(error.backoff(failures))
+}
