@@ -6,10 +6,8 @@
 //! 3. recover a release a crash left pending;
 //! 4. `helm upgrade --install`, and the target's new entry in `status.clusters`.
 
-use kube::Client;
 use kube::api::Api;
-use kube::core::{DynamicObject, GroupVersionKind};
-use kube::discovery::{Scope, pinned_kind};
+use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
@@ -18,6 +16,7 @@ use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint, kubeconfig_for};
 use crate::api::{ClusterStatus, CompositionChart, Phase, ResourceRef};
+use crate::bundle::TypeRef;
 use crate::chart::Fetched;
 use crate::helm::{self, RenderedDocument, parse_documents};
 
@@ -146,7 +145,7 @@ impl Release<'_> {
         {
             return Ok(false);
         }
-        resources_exist(&self.reach.client, resources, &self.target.namespace).await
+        resources_exist(self.reach, resources, &self.target.namespace).await
     }
 
     /// The objects Helm would write, as `helm template` renders them.
@@ -375,26 +374,34 @@ pub(super) async fn release_record(
 /// Whether every object in `resources` exists; a namespaced one without a namespace is looked
 /// for in the release's.
 async fn resources_exist(
-    client: &Client,
+    reach: &Reach,
     resources: &[ResourceRef],
     namespace: &str,
 ) -> Result<bool, Error> {
+    let client = &reach.client;
     for object in resources {
-        let (group, version) = object
-            .api_version
-            .rsplit_once('/')
-            .unwrap_or(("", &object.api_version));
-        let (resource, capabilities) =
-            pinned_kind(client, &GroupVersionKind::gvk(group, version, &object.kind))
-                .await
-                .map_err(|e| Error::Kube("discover rendered kind", e))?;
-        let api: Api<DynamicObject> = match capabilities.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                object.namespace.as_deref().unwrap_or(namespace),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        let kind = TypeRef {
+            api_version: object.api_version.clone(),
+            kind: object.kind.clone(),
+        };
+        // The cluster's kinds as discovery found them before: no discovery request per object.
+        let found = reach
+            .kinds
+            .resolve(client, &kind)
+            .await
+            .map_err(|e| Error::Kube("discover rendered kind", e))?;
+        let resource = ApiResource {
+            group: found.group,
+            version: kind.version().to_string(),
+            api_version: object.api_version.clone(),
+            kind: object.kind.clone(),
+            plural: found.plural,
+        };
+        let api: Api<DynamicObject> = if found.namespaced {
+            let namespace = object.namespace.as_deref().unwrap_or(namespace);
+            Api::namespaced_with(client.clone(), namespace, &resource)
+        } else {
+            Api::all_with(client.clone(), &resource)
         };
         if api
             .get_metadata_opt(&object.name)

@@ -71,7 +71,12 @@ pub struct Kinds {
 }
 
 impl Kinds {
-    async fn resolve(&self, client: &Client, kind: &TypeRef) -> Result<ResolvedKind, kube::Error> {
+    /// The resource and scope of `kind`, by discovery the first time only.
+    pub(in crate::composition) async fn resolve(
+        &self,
+        client: &Client,
+        kind: &TypeRef,
+    ) -> Result<ResolvedKind, kube::Error> {
         if let Some(found) = self.known.lock().ok().and_then(|k| k.get(kind).cloned()) {
             return Ok(found);
         }
