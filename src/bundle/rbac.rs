@@ -117,14 +117,18 @@ impl Permissions {
         by_namespace
     }
 
-    /// Rules in the definition's namespace: `get` on the definition itself (the controller reads
-    /// its chart source there) and on the chart source's Secrets and ConfigMaps there, by name.
+    /// Rules in the definition's namespace: reading and watching the definition itself, by name
+    /// (the controller keeps it in a watch cache rather than reading it on every reconcile), and
+    /// `get` on the chart source's Secrets and ConfigMaps there, by name.
     pub fn definition_rules(&self, definition: &str, namespace: &str) -> Vec<PolicyRule> {
-        let mut rules = vec![get_named(
-            crate::api::GROUP,
-            "compositiondefinitions",
-            [definition.to_string()].into(),
-        )];
+        let mut rules = vec![PolicyRule {
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..get_named(
+                crate::api::GROUP,
+                "compositiondefinitions",
+                [definition.to_string()].into(),
+            )
+        }];
         rules.extend(self.reference_rules().remove(namespace).unwrap_or_default());
         rules
     }

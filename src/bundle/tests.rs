@@ -205,7 +205,7 @@ fn rules_are_exactly_what_helm_needs() {
     assert_eq!(
         definition,
         json!([
-            {"apiGroups": ["compositor.dev"], "resources": ["compositiondefinitions"], "resourceNames": ["fireworksapp"], "verbs": ["get"]},
+            {"apiGroups": ["compositor.dev"], "resources": ["compositiondefinitions"], "resourceNames": ["fireworksapp"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-password"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["repo-ca"], "verbs": ["get"]},
         ])

@@ -1,10 +1,15 @@
-//! What a release is made of: the chart this version installs, fetched as the definition
-//! resolved it, and the composition's values, checked against the chart's own schema.
+//! What a release is made of: the definition (as a watch keeps it), the chart this version
+//! installs, fetched as the definition resolved it, and the composition's values, checked
+//! against the chart's own schema.
 
 use std::sync::{Arc, Mutex};
 
-use kube::ResourceExt;
+use futures::StreamExt;
+use kube::api::Api;
 use kube::core::DynamicObject;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::values::{merged_over, values_of};
@@ -12,6 +17,67 @@ use super::{Context, Error};
 use crate::api::CompositionDefinition;
 use crate::chart::{self, Fetched};
 use crate::schema;
+
+/// This controller's definition, kept by a watch of that one object, so that a reconcile
+/// reads it from memory instead of the API server.
+pub(super) struct DefinitionWatch {
+    api: Api<CompositionDefinition>,
+    name: String,
+    store: Store<CompositionDefinition>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DefinitionWatch {
+    /// Starts watching definition `namespace/name` (it must be called within a Tokio runtime).
+    pub(super) fn start(client: Client, namespace: &str, name: &str) -> Self {
+        let api = Api::<CompositionDefinition>::namespaced(client, namespace);
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let events = watcher(api.clone(), config)
+            .backoff(crate::runtime::watch_backoff())
+            .reflect(writer)
+            .for_each(|event| async move {
+                if let Err(error) = event {
+                    tracing::debug!(%error, "watching the definition failed (retrying)");
+                }
+            });
+        DefinitionWatch {
+            api,
+            name: name.to_string(),
+            store,
+            task: tokio::spawn(events),
+        }
+    }
+
+    /// The definition as the watch has it, if it already serves `version`; otherwise (not yet
+    /// listed, the watch refused, or a new version the watch has not delivered yet) read fresh.
+    pub(super) async fn current(&self, version: &str) -> Result<Arc<CompositionDefinition>, Error> {
+        let key = ObjectRef::new(&self.name).within(self.api.namespace().unwrap_or_default());
+        if let Some(watched) = self.store.get(&key)
+            && serves(&watched, version)
+        {
+            return Ok(watched);
+        }
+        let fresh = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(|e| Error::Kube("read definition", e))?;
+        Ok(Arc::new(fresh))
+    }
+}
+
+impl Drop for DefinitionWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether `definition`'s status lists `version` among its served ones.
+fn serves(definition: &CompositionDefinition, version: &str) -> bool {
+    let status = definition.status.as_ref();
+    status.is_some_and(|s| s.versions.iter().any(|v| v.version == version))
+}
 
 /// The chart this controller fetched last, unpacked. A controller installs one chart version,
 /// so this is the chart nearly every reconcile needs: while the definition reports the same

@@ -91,6 +91,7 @@ pub struct Context {
     clusters: Option<crate::clusters::Registry>,
     remotes: reach::Remotes,
     uninstall_attempts: cleanup::Attempts,
+    definition: inputs::DefinitionWatch,
     last_chart: inputs::LastChart,
     failures: error::Failures,
     /// `--workers` permits, shared out among namespaces in turn.
@@ -135,6 +136,11 @@ impl Context {
             clusters,
             remotes: reach::Remotes::default(),
             uninstall_attempts: cleanup::Attempts::default(),
+            definition: inputs::DefinitionWatch::start(
+                client.clone(),
+                &config.definition_namespace,
+                &config.definition_name,
+            ),
             last_chart: inputs::LastChart::default(),
             failures: error::Failures::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
@@ -239,13 +245,7 @@ async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Resul
         return Ok(Action::await_change());
     };
     let object = Arc::new(object);
-    let definition = Api::<CompositionDefinition>::namespaced(
-        context.client.clone(),
-        &context.config.definition_namespace,
-    )
-    .get(&context.config.definition_name)
-    .await
-    .map_err(|e| Error::Kube("read definition", e))?;
+    let definition = context.definition.current(&context.config.version).await?;
     let Some(object) = claim(&api, object, &definition, context).await? else {
         return Ok(Action::await_change());
     };
