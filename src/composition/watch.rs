@@ -27,6 +27,7 @@ pub async fn run(
     context.metrics.count_phases(counted, reader.clone(), phase);
     let changes = watcher(api, watcher::Config::default())
         .backoff(crate::runtime::watch_backoff())
+        .modify(slim)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(asked_for, PredicateConfig::default());
@@ -46,6 +47,25 @@ pub async fn run(
         })
         .await;
 }
+
+/// What the watch cache keeps of a composition: its metadata, without managed fields and
+/// kubectl's last applied configuration, and its phase (for the phase gauge). A reconcile reads
+/// the object fresh, so the spec and the rest of the status need not stay in memory: with
+/// thousands of compositions, they would be most of the controller's.
+fn slim(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    let phase = object.data.pointer("/status/phase").cloned();
+    object.data = match phase {
+        Some(phase) => serde_json::json!({"status": {"phase": phase}}),
+        None => serde_json::json!({}),
+    };
+}
+
+/// The annotation `kubectl apply` keeps the whole applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// How often the registered clusters are compared with the last look (in memory: the registry
 /// watches their Secrets).
@@ -110,4 +130,38 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, context: Arc<Context>
         tracing::warn!(composition = %object.name_any(), error = %message, "reconcile failed");
     }
     Action::requeue(error.backoff(failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_metadata_and_the_phase_only() {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "x.compositor.dev/v1", "kind": "App",
+            "metadata": {
+                "name": "a", "namespace": "n", "generation": 3,
+                "labels": {"compositor.dev/version": "v1"},
+                "annotations": {LAST_APPLIED: "{…}", "compositor.dev/paused": "true"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {"big": "values"},
+            "status": {"phase": "Ready", "clusters": [{"name": "local"}]},
+        }))
+        .unwrap();
+        slim(&mut object);
+        assert_eq!(
+            object.data,
+            serde_json::json!({"status": {"phase": "Ready"}})
+        );
+        assert!(object.metadata.managed_fields.is_none());
+        let annotations = object.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["compositor.dev/paused"]
+        );
+        assert_eq!(object.metadata.generation, Some(3));
+        assert_eq!(object.metadata.labels.unwrap().len(), 1);
+    }
 }
