@@ -215,7 +215,9 @@ async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<
         .await;
     let started = Instant::now();
     let uid = object.uid().unwrap_or_default();
-    let result = reconcile_inner(object, &context).await;
+    // Boxed, so that the reconciles waiting for a worker above hold a small future each, not
+    // the whole install's state.
+    let result = Box::pin(reconcile_inner(object, &context)).await;
     let outcome = if result.is_ok() {
         context.failures.succeeded(&uid);
         ReconcileOutcome::Success

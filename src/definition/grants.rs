@@ -91,12 +91,36 @@ pub async fn list_compositions(
         &GroupVersionKind::gvk(&names.group, current, &names.kind),
         &names.plural,
     );
-    // Whole objects: the status says which chart each release runs.
+    // Whole objects: the status says which chart each release runs. Read a page at a time, so
+    // that thousands of compositions never sit in memory at once.
     let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-    // A version just added to an established CRD is served a moment later.
+    let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
+    let mut params = ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = list_page(&api, &params).await?;
+        for item in page.items {
+            count_use(&mut by_version, &item, current);
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(by_version)
+}
+
+/// Compositions listed per request.
+const LIST_PAGE: u32 = 250;
+
+/// One page of compositions. A version just added to an established CRD is served a moment
+/// later, so a 404 is asked again for a while.
+async fn list_page(
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+) -> Result<kube::core::ObjectList<DynamicObject>, Error> {
     let mut attempts = 0;
-    let listed = loop {
-        match api.list(&ListParams::default()).await {
+    loop {
+        match api.list(params).await {
             Err(kube::Error::Api(status)) if status.code == 404 && attempts < SERVE_ATTEMPTS => {
                 attempts += 1;
                 tokio::time::sleep(SERVE_POLL).await;
@@ -104,41 +128,42 @@ pub async fn list_compositions(
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 return Err(Error::Waiting("the CRD's new version to be served"));
             }
-            listed => break listed.map_err(|e| Error::Kube("list compositions", e))?,
+            listed => return listed.map_err(|e| Error::Kube("list compositions", e)),
         }
-    };
-    let mut by_version: BTreeMap<String, VersionUse> = BTreeMap::new();
-    for item in listed.items {
-        let version = item
-            .labels()
-            .get(VERSION_LABEL)
-            .cloned()
-            .unwrap_or_else(|| current.to_string());
-        let installed = item.data["status"]["chart"]["version"].as_str();
-        if let Some(installed_version) = installed.and_then(|v| crate::crd::version_name(v).ok())
-            && installed_version != version
-        {
-            by_version.entry(installed_version).or_default().settling += 1;
-        }
-        let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
-        let release =
-            crate::composition::release_name(annotation.map(String::as_str), &item.name_any());
-        by_version
-            .entry(version)
-            .or_default()
-            .compositions
-            .insert(CompositionUse {
-                namespace: item.namespace().unwrap_or_default(),
-                name: item.name_any(),
-                release: release.ok(),
-                uid: item.uid().unwrap_or_default(),
-                deleting: item.metadata.deletion_timestamp.is_some(),
-                move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
-                move_refused_by: item.annotations().get(MOVE_REFUSED_ANNOTATION).cloned(),
-                paused: crate::api::is_paused(&item.metadata),
-            });
     }
-    Ok(by_version)
+}
+
+/// Counts `item` in the use of its version (unlabelled, `current`'s), and as settling in the
+/// version whose chart its release still runs.
+fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject, current: &str) {
+    let version = item
+        .labels()
+        .get(VERSION_LABEL)
+        .cloned()
+        .unwrap_or_else(|| current.to_string());
+    let installed = item.data["status"]["chart"]["version"].as_str();
+    if let Some(installed_version) = installed.and_then(|v| crate::crd::version_name(v).ok())
+        && installed_version != version
+    {
+        by_version.entry(installed_version).or_default().settling += 1;
+    }
+    let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
+    let release =
+        crate::composition::release_name(annotation.map(String::as_str), &item.name_any());
+    by_version
+        .entry(version)
+        .or_default()
+        .compositions
+        .insert(CompositionUse {
+            namespace: item.namespace().unwrap_or_default(),
+            name: item.name_any(),
+            release: release.ok(),
+            uid: item.uid().unwrap_or_default(),
+            deleting: item.metadata.deletion_timestamp.is_some(),
+            move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
+            move_refused_by: item.annotations().get(MOVE_REFUSED_ANNOTATION).cloned(),
+            paused: crate::api::is_paused(&item.metadata),
+        });
 }
 
 /// Creates the namespace of each composition placed in a namespace of its own, marked as
