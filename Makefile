@@ -39,11 +39,13 @@ down:
 
 ## bench: release build, then schema conversion figures for the chart corpus, the operator's
 ## definition → ready times and idle restart writes, the controller's 50 compositions against
-## 50 `helm install`s, its idle resync writes and memory, and a chart-version patch moving 3 and
-## 50 compositions against as many `helm upgrade`s, against one fresh test bed
+## 50 `helm install`s, its idle resync writes and memory, a chart-version patch moving 3 and
+## 50 compositions against as many `helm upgrade`s, and 20 compositions rolled out to 2 clusters
+## against 40 `helm install`s with local-only compositions timed beside a dead cluster, against
+## one fresh test bed (rollout_bench starts its second control plane itself)
 bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \
 	  echo "[make bench] build took $$((SECONDS - start))s"
 	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) COMPOSITOR_BIN=$(CURDIR)/target/release/compositor \
-	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench operator_bench controller_bench move_bench; do \
+	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench operator_bench controller_bench move_bench rollout_bench; do \
 	    echo "[make bench] $$bench"; target/release/examples/$$bench; done'
