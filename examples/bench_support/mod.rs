@@ -175,18 +175,35 @@ impl TestBed {
         names: Value,
         version: &str,
     ) -> Result<CompositionDefinition, Error> {
+        self.apply_definition_with(namespace, name, names, version, json!({}))
+            .await
+    }
+
+    /// `apply_definition` with more fields of the spec (`placement`, say) from object `more`.
+    pub async fn apply_definition_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        names: Value,
+        version: &str,
+        more: Value,
+    ) -> Result<CompositionDefinition, Error> {
+        let mut spec = json!({
+            "chart": {
+                "url": env("COMPOSITOR_TEST_REPO_URL")?,
+                "repo": CHART, "version": version,
+                "credentials": {"username": env("COMPOSITOR_TEST_REPO_USERNAME")?,
+                                "passwordRef": {"name": "repo-password", "key": "password"}},
+            },
+            "names": names,
+        });
+        if let (Some(spec), Value::Object(more)) = (spec.as_object_mut(), more) {
+            spec.extend(more);
+        }
         let definition = json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
             "metadata": {"name": name},
-            "spec": {
-                "chart": {
-                    "url": env("COMPOSITOR_TEST_REPO_URL")?,
-                    "repo": CHART, "version": version,
-                    "credentials": {"username": env("COMPOSITOR_TEST_REPO_USERNAME")?,
-                                    "passwordRef": {"name": "repo-password", "key": "password"}},
-                },
-                "names": names,
-            },
+            "spec": spec,
         });
         Ok(
             Api::<CompositionDefinition>::namespaced(self.client.clone(), namespace)
@@ -288,17 +305,9 @@ impl TestBed {
 
     /// A one-hour token of ServiceAccount `name` in `namespace`.
     async fn token(&self, namespace: &str, name: &str) -> Result<String, Error> {
-        let request: TokenRequest =
-            serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))?;
-        Ok(
-            Api::<ServiceAccount>::namespaced(self.client.clone(), namespace)
-                .create_token_request(name, &PostParams::default(), &request)
-                .await?
-                .status
-                .ok_or("no token in the TokenRequest")?
-                .token,
-        )
+        token(&self.client, namespace, name).await
     }
+
     /// Runs `helm VERB NAME CHART --namespace NAMESPACE --values …` for each name in turn, with
     /// `values(name)`, the admin credentials and Helm homes of its own; the total time.
     pub async fn helm_each(
@@ -309,31 +318,47 @@ impl TestBed {
         chart: &Path,
         values: impl Fn(&str) -> Value,
     ) -> Result<Duration, Error> {
+        let kubeconfig = PathBuf::from(env("KUBECONFIG")?);
+        let chart = chart.to_str().ok_or("chart path is not UTF-8")?;
+        let start = Instant::now();
+        for name in names {
+            let args = [verb, name, chart, "--namespace", namespace];
+            self.helm(&kubeconfig, &args, &values(name)).await?;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Runs `helm ARGS… --values FILE` against the cluster of `kubeconfig`, with Helm homes of
+    /// its own and `values` written to FILE; fails with Helm's stderr.
+    pub async fn helm(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        values: &Value,
+    ) -> Result<(), Error> {
         let home = self.scratch("helm");
         let values_dir = self.scratch("values");
         std::fs::create_dir_all(&values_dir)?;
-        let start = Instant::now();
-        for name in names {
-            let values_file = values_dir.join(format!("{namespace}-{name}.json"));
-            std::fs::write(&values_file, values(name).to_string())?;
-            let output = tokio::process::Command::new(env("HELM_BIN")?)
-                .env("HELM_CONFIG_HOME", home.join("config"))
-                .env("HELM_CACHE_HOME", home.join("cache"))
-                .env("HELM_DATA_HOME", home.join("data"))
-                .env("KUBECONFIG", env("KUBECONFIG")?)
-                .args([verb, name])
-                .arg(chart)
-                .args(["--namespace", namespace, "--values"])
-                .arg(&values_file)
-                .stdin(Stdio::null())
-                .output()
-                .await?;
-            if !output.status.success() {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                return Err(format!("helm {verb} {name} failed: {}", stderr.trim()).into());
-            }
+        let file = self.next.fetch_add(1, Ordering::Relaxed);
+        let values_file = values_dir.join(format!("{file}.json"));
+        std::fs::write(&values_file, values.to_string())?;
+        let output = tokio::process::Command::new(env("HELM_BIN")?)
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env("KUBECONFIG", kubeconfig)
+            .args(args)
+            .arg("--values")
+            .arg(&values_file)
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let call = args.iter().take(2).copied().collect::<Vec<_>>().join(" ");
+            return Err(format!("helm {call} failed: {}", stderr.trim()).into());
         }
-        Ok(start.elapsed())
+        Ok(())
     }
 }
 
@@ -384,14 +409,31 @@ pub async fn times_until(
     Ok(times)
 }
 
+/// A one-hour token of ServiceAccount `name` in `namespace` of `client`'s cluster.
+pub async fn token(client: &Client, namespace: &str, name: &str) -> Result<String, Error> {
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))?;
+    Ok(Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?
+        .status
+        .ok_or("no token in the TokenRequest")?
+        .token)
+}
+
 /// The admin kubeconfig with `token` as its only user, written to `path`.
 fn write_kubeconfig_with_token(path: &Path, token: &str) -> Result<(), Error> {
-    let mut kubeconfig: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(env("KUBECONFIG")?)?)?;
+    let admin = std::fs::read_to_string(env("KUBECONFIG")?)?;
+    std::fs::write(path, serde_json::to_string(&with_token(&admin, token)?)?)?;
+    Ok(())
+}
+
+/// Kubeconfig `kubeconfig` (YAML, one context) with `token` as its only user.
+pub fn with_token(kubeconfig: &str, token: &str) -> Result<Value, Error> {
+    let mut kubeconfig: Value = serde_saphyr::from_str(kubeconfig)?;
     let context_user = kubeconfig["contexts"][0]["context"]["user"].clone();
     kubeconfig["users"] = json!([{"name": context_user, "user": {"token": token}}]);
-    std::fs::write(path, serde_json::to_string(&kubeconfig)?)?;
-    Ok(())
+    Ok(kubeconfig)
 }
 
 /// Whether `crd` is Established.
