@@ -22,7 +22,7 @@
 use std::error::Error as StdError;
 
 /// A cluster could not be listed, its client built, or the cluster reached.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// No registered Secret has this name (it never existed, lost its label or was deleted).
     #[error(

@@ -112,7 +112,8 @@ impl Error {
     /// role in a new release namespace only once it sees a composition there.
     pub(super) fn retry_after(&self) -> Duration {
         match self {
-            Error::AccessPending(_) => Duration::from_secs(2),
+            // The operator grants a new namespace within moments of seeing the composition.
+            Error::AccessPending(_) => Duration::from_millis(500),
             Error::PermissionsMissing(_) => Duration::from_secs(30),
             error if error.is_terminal() => Duration::from_secs(300),
             _ => Duration::from_secs(10),
@@ -213,8 +214,8 @@ mod tests {
         assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300, 300]);
         assert_eq!(failed.backoff(u32::MAX), MAX_RETRY);
         let pending = Error::AccessPending("team-a".into());
-        let waits: Vec<u64> = (1..=6).map(|n| pending.backoff(n).as_secs()).collect();
-        assert_eq!(waits, [2, 4, 8, 16, 30, 30]);
+        let waits: Vec<u128> = (1..=8).map(|n| pending.backoff(n).as_millis()).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
     }
 
     #[test]

@@ -425,11 +425,13 @@ async fn release_on(
         target,
         reach: &reach,
     };
-    release
+    let outcome = release
         .reconcile(writer)
         .await
         .map_err(|Failure { error, entry }| Failure {
             error: reach.blame(error),
             entry,
-        })
+        });
+    reach.record(&context.remotes, outcome.as_ref().err().map(|f| &f.error));
+    outcome
 }

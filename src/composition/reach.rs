@@ -2,10 +2,13 @@
 //! a registered one with the identity its kubeconfig Secret gives. The registry rebuilds a
 //! client only when the Secret's content changed, so a rotated Secret takes effect on the next
 //! reconcile without a restart, and every remote request has a connect timeout, so a dead
-//! cluster costs a bounded time.
+//! cluster costs a bounded time. That time is paid once per [`UNREACHABLE_FOR`], not once per
+//! composition: a cluster that did not answer is reported unreachable at once until then, so a
+//! thousand compositions placed on it do not each hold a worker for the connect timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::Client;
 
@@ -54,6 +57,20 @@ impl Reach {
             (_, error) => error,
         }
     }
+
+    /// Records how the cluster answered a target's work: not at all (`ClusterUnreachable`)
+    /// makes the next targets there fail at once for [`UNREACHABLE_FOR`]; anything else clears
+    /// that.
+    pub(super) fn record(&self, remotes: &Remotes, outcome: Option<&Error>) {
+        let Some(cluster) = &self.remote else {
+            return;
+        };
+        let error = match outcome {
+            Some(Error::Cluster(error)) => Some(error),
+            _ => None,
+        };
+        remotes.answered(cluster, error);
+    }
 }
 
 /// What the controller keeps of remote clusters: discovery results per cluster and kubeconfig
@@ -64,18 +81,48 @@ impl Reach {
 pub(super) struct Remotes {
     kinds: Mutex<HashMap<String, Arc<Kinds>>>,
     last: Mutex<HashMap<String, clusters::ClusterClient>>,
+    /// Clusters (per kubeconfig revision) that did not answer: when, and the error then.
+    unreachable: Mutex<HashMap<String, (Instant, clusters::Error)>>,
+}
+
+/// How long a cluster that did not answer is reported unreachable without being asked again.
+pub(super) const UNREACHABLE_FOR: Duration = Duration::from_secs(10);
+
+/// The key of a cluster's client: its name and kubeconfig revision (a rotated Secret may point
+/// at another server, which is asked at once).
+fn revision_key(cluster: &clusters::ClusterClient) -> String {
+    let revision = cluster.revision.as_deref().unwrap_or_default();
+    format!("{}@{revision}", cluster.name)
 }
 
 impl Remotes {
     fn kinds(&self, cluster: &clusters::ClusterClient) -> Arc<Kinds> {
-        let revision = cluster.revision.as_deref().unwrap_or_default();
         let Ok(mut known) = self.kinds.lock() else {
             return Arc::default();
         };
-        known
-            .entry(format!("{}@{revision}", cluster.name))
-            .or_default()
-            .clone()
+        known.entry(revision_key(cluster)).or_default().clone()
+    }
+
+    /// The error `cluster` did not answer with, if that was less than [`UNREACHABLE_FOR`] ago.
+    fn recently_unreachable(&self, cluster: &clusters::ClusterClient) -> Option<clusters::Error> {
+        let unreachable = self.unreachable.lock().ok()?;
+        let (since, error) = unreachable.get(&revision_key(cluster))?;
+        (since.elapsed() < UNREACHABLE_FOR).then(|| error.clone())
+    }
+
+    /// Remembers that `cluster` did not answer (`error`), or forgets it once it did.
+    fn answered(&self, cluster: &clusters::ClusterClient, error: Option<&clusters::Error>) {
+        let Ok(mut unreachable) = self.unreachable.lock() else {
+            return;
+        };
+        match error {
+            Some(error @ clusters::Error::ClusterUnreachable { .. }) => {
+                unreachable.insert(revision_key(cluster), (Instant::now(), error.clone()));
+            }
+            _ => {
+                unreachable.remove(&revision_key(cluster));
+            }
+        }
     }
 
     fn remember(&self, cluster: &clusters::ClusterClient) {
@@ -143,6 +190,9 @@ impl Context {
             }
             Err(error) => return Err(error.into()),
         };
+        if let Some(error) = self.remotes.recently_unreachable(&cluster) {
+            return Err(Error::Cluster(error));
+        }
         Ok(Reach {
             kinds: self.remotes.kinds(&cluster),
             client: cluster.client.clone(),
