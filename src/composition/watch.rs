@@ -25,7 +25,10 @@ pub async fn run(
     let phase = crate::runtime::composition_phase(&context.config.version);
     let counted = crate::runtime::Counted::Compositions;
     context.metrics.count_phases(counted, reader.clone(), phase);
-    let changes = watcher(api, watcher::Config::default())
+    // Small pages: a listing is parsed whole before `slim` trims it, and thousands of full
+    // compositions at once would set the controller's peak memory.
+    let listing = watcher::Config::default().page_size(LIST_PAGE);
+    let changes = watcher(api, listing)
         .backoff(crate::runtime::watch_backoff())
         .modify(slim)
         .reflect(writer)
@@ -63,6 +66,9 @@ fn slim(object: &mut DynamicObject) {
         None => serde_json::json!({}),
     };
 }
+
+/// Compositions per page when the watch lists them.
+const LIST_PAGE: u32 = 100;
 
 /// The annotation `kubectl apply` keeps the whole applied object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
