@@ -318,7 +318,7 @@ pub struct ControllerArgs {
         default_value_t = 5
     )]
     pub remote_uninstall_attempts: u32,
-    /// Compositions reconciled at once.
+    /// Compositions reconciled at once, shared among namespaces in turn.
     #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
     pub workers: u16,
     /// Seconds between resyncs of a composition (an unchanged one costs no Helm write).
