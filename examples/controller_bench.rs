@@ -33,10 +33,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use bench_support::{
-    CHART, CHART_VERSION, Counts, Error, Process, Samples, TestBed, definition_ready, delta,
-    describe, met, ratio, secs, sum, times_until,
+    CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples, TestBed,
+    VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
 };
-use compositor::api::CompositionDefinition;
 
 /// Compositions, and baseline releases, unless `BENCH_SCALE` says otherwise.
 const DEFAULT_COUNT: usize = 50;
@@ -44,15 +43,6 @@ const DEFAULT_COUNT: usize = 50;
 const BASELINE_MAX: usize = 100;
 /// API verbs that write.
 const API_WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
-/// The controller's `--workers`.
-const WORKERS: &str = "4";
-/// The CRD version, kind and plural the definition gets, and its controller Deployment.
-const VERSION: &str = "v1-1-5";
-const KIND: &str = "FireworksApp";
-const PLURAL: &str = "fireworksapps";
-const CONTROLLER: &str = "fireworksapps-v1-1-5-controller";
-/// How long the definition may take to become Ready.
-const DEFINITION_LIMIT: Duration = Duration::from_secs(180);
 /// How long all compositions may take to become Ready.
 const LIMIT: Duration = Duration::from_secs(900);
 /// How long the idle resync is watched at least, and at most.
@@ -266,21 +256,7 @@ async fn wait_definition(
     const NAME: &str = "fireworksapp";
     bed.apply_definition(namespace, NAME, json!({"group": group}), CHART_VERSION)
         .await?;
-    let definitions = Api::<CompositionDefinition>::namespaced(bed.client.clone(), namespace);
-    let start = Instant::now();
-    loop {
-        let definition = definitions.get(NAME).await?;
-        if definition_ready(&definition) {
-            return Ok(());
-        }
-        if start.elapsed() > DEFINITION_LIMIT {
-            return Err(operator.failure(&format!(
-                "the definition was not Ready after {DEFINITION_LIMIT:?}; status {:?}",
-                definition.status
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    bench_support::wait_definition(bed, operator, namespace, NAME).await
 }
 
 /// The name of composition (and release) `i`.

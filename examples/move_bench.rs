@@ -28,8 +28,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use bench_support::{
-    CHART, CHART_VERSION, Error, Process, TestBed, definition_ready, met, packaged, ratio, secs,
-    times_until,
+    CHART, CHART_VERSION, Error, KIND, PLURAL, Process, TestBed, WORKERS, definition_ready, met,
+    packaged, ratio, secs, times_until,
 };
 use compositor::api::CompositionDefinition;
 
@@ -39,11 +39,7 @@ const COUNTS: [usize; 2] = [3, 50];
 const NEXT_VERSION: &str = "1.1.6";
 const FROM: &str = "v1-1-5";
 const TO: &str = "v1-1-6";
-const KIND: &str = "FireworksApp";
-const PLURAL: &str = "fireworksapps";
 const DEFINITION: &str = "fireworksapp";
-/// The controllers' `--workers`.
-const WORKERS: &str = "4";
 /// How often the bench polls while timed.
 const POLL: Duration = Duration::from_millis(100);
 /// How long a step may take.

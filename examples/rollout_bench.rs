@@ -49,23 +49,16 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use bench_support::{
-    CHART, CHART_VERSION, Counts, Error, Process, Samples, TestBed, definition_ready, delta,
-    describe, env, met, ratio, secs, sum, token, with_token,
+    CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples, TestBed,
+    VERSION, WORKERS, delta, describe, env, met, ratio, secs, sum, token, with_token,
 };
-use compositor::api::CompositionDefinition;
 
 /// Compositions placed on every cluster, and baseline releases per cluster.
 const COUNT: usize = 20;
 /// Compositions placed on `local` alone, per dead-cluster step.
 const BATCH: usize = 10;
-/// The controller's `--workers`.
-const WORKERS: &str = "4";
-/// The definition, its CRD version, kind and plural, and its controller Deployment.
+/// The definition.
 const DEFINITION: &str = "fireworksapp";
-const VERSION: &str = "v1-1-5";
-const KIND: &str = "FireworksApp";
-const PLURAL: &str = "fireworksapps";
-const CONTROLLER: &str = "fireworksapps-v1-1-5-controller";
 /// The registered clusters' names: their Secrets'.
 const EDGE: &str = "edge";
 const DEAD: &str = "dead";
@@ -73,8 +66,6 @@ const DEAD: &str = "dead";
 const INSTALLER: &str = "compositor-installer";
 /// The label that tells the bench's batches of compositions apart.
 const BATCH_LABEL: &str = "bench.compositor.dev/batch";
-/// How long the definition may take to become Ready.
-const DEFINITION_LIMIT: Duration = Duration::from_secs(180);
 /// How often compositions are polled while timed.
 const POLL: Duration = Duration::from_millis(100);
 /// How long the compositions placed on every cluster may take to become Ready.
@@ -539,21 +530,7 @@ async fn wait_definition(
         placement,
     )
     .await?;
-    let definitions = Api::<CompositionDefinition>::namespaced(bed.client.clone(), namespace);
-    let start = Instant::now();
-    loop {
-        let definition = definitions.get(DEFINITION).await?;
-        if definition_ready(&definition) {
-            return Ok(());
-        }
-        if start.elapsed() > DEFINITION_LIMIT {
-            return Err(operator.failure(&format!(
-                "the definition was not Ready after {DEFINITION_LIMIT:?}; status {:?}",
-                definition.status
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    bench_support::wait_definition(bed, operator, namespace, DEFINITION).await
 }
 
 /// Registers cluster `name` with a Secret holding `kubeconfig`.

@@ -34,6 +34,16 @@ pub type Error = Box<dyn std::error::Error>;
 /// The chart every definition uses, from the test bed's HTTP repository.
 pub const CHART: &str = "fireworks-app";
 pub const CHART_VERSION: &str = "1.1.5";
+/// What the definition of that chart generates: its CRD version, kind and plural, and its
+/// controller Deployment.
+pub const VERSION: &str = "v1-1-5";
+pub const KIND: &str = "FireworksApp";
+pub const PLURAL: &str = "fireworksapps";
+pub const CONTROLLER: &str = "fireworksapps-v1-1-5-controller";
+/// The controllers' `--workers` in every bench.
+pub const WORKERS: &str = "4";
+/// How long a definition may take to become Ready.
+pub const DEFINITION_LIMIT: Duration = Duration::from_secs(180);
 /// The field manager of the benches' own writes.
 const MANAGER: &str = "compositor-bench";
 /// How often compositions are polled while timed.
@@ -715,4 +725,29 @@ pub fn met(goal: bool) -> &'static str {
 /// `a / b`.
 pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// Waits until definition `namespace/name` is Ready; fails with the operator's log after
+/// [`DEFINITION_LIMIT`].
+pub async fn wait_definition(
+    bed: &TestBed,
+    operator: &Process,
+    namespace: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let definitions = Api::<CompositionDefinition>::namespaced(bed.client.clone(), namespace);
+    let start = Instant::now();
+    loop {
+        let definition = definitions.get(name).await?;
+        if definition_ready(&definition) {
+            return Ok(());
+        }
+        if start.elapsed() > DEFINITION_LIMIT {
+            return Err(operator.failure(&format!(
+                "the definition was not Ready after {DEFINITION_LIMIT:?}; status {:?}",
+                definition.status
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
