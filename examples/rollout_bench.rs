@@ -10,13 +10,14 @@
 //! authenticates with the token of ServiceAccount `kube-system/compositor-installer` on `edge`,
 //! bound to `cluster-admin`: an installer identity, not the admin's.
 //!
-//! - compositor: the operator applies a definition of chart fireworks-app 1.1.5 (HTTP
-//!   repository, basic auth through a Secret) placing `{clusters: AllClusters, namespace:
+//! - compositor: the operator applies the default Tenant definition's chart, cert-manager
+//!   v1.19.1 (`COMPOSITOR_REAL_CHARTS`, published into the test bed's HTTP repository as a .tgz
+//!   URL, basic auth through a Secret), as a `Tenant` placed `{clusters: AllClusters, namespace:
 //!   CompositionName}`; its controller Deployment is run here as a kubelet would run it (its
 //!   ServiceAccount's token, its arguments, `--workers 4`, an empty chart cache); then `COUNT`
 //!   compositions are created at once and timed until all are Ready on both clusters
 //!   (`status.readyClusters` "2/2");
-//! - baseline: `2 × COUNT` sequential `helm install --create-namespace` of the packaged chart with
+//! - baseline: `2 × COUNT` sequential `helm install --create-namespace` of the same archive with
 //!   the same values, `COUNT` on the management cluster (admin credentials), then `COUNT` on
 //!   `edge` (the registered identity), each release in a new namespace named after it, as the
 //!   controller places them;
@@ -49,8 +50,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use bench_support::{
-    CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples, TestBed,
-    VERSION, WORKERS, delta, describe, env, met, ratio, secs, sum, token, with_token,
+    Counts, Error, Process, Samples, TestBed, WORKERS, delta, describe, env, met, ratio, secs, sum,
+    token, with_token,
 };
 
 /// Compositions placed on every cluster, and baseline releases per cluster.
@@ -186,7 +187,7 @@ fn print_rollout(rollout: &Rollout, baseline: &Baseline) {
     let baseline_all = baseline.local + baseline.edge;
     let compositor_ratio = ratio(rollout.all, baseline_all);
     println!(
-        "\nRollout: {COUNT} compositions of {CHART} {CHART_VERSION} on 2 clusters (local, {EDGE}), \
+        "\nRollout: {COUNT} Tenants (cert-manager v1.19.1) on 2 clusters (local, {EDGE}), \
          AllClusters + CompositionName, --workers {WORKERS}\n"
     );
     println!("| measurement | value |");
@@ -395,7 +396,8 @@ impl Bench<'_> {
     /// release in a new namespace named after it.
     async fn baseline(&self, local: &Path, edge: &Path) -> Result<Baseline, Error> {
         let names = self.names("helm", COUNT);
-        let chart = self.bed.chart.to_str().ok_or("chart path is not UTF-8")?;
+        let chart = tenant_chart()?;
+        let chart = chart.to_str().ok_or("chart path is not UTF-8")?;
         let mut took = Vec::new();
         for kubeconfig in [local, edge] {
             let start = Instant::now();
@@ -487,9 +489,38 @@ fn failed_at(status: &Value, cluster: &str, server: &str) -> bool {
         })
 }
 
-/// The values composition and baseline release `name` get.
-fn values(name: &str) -> Value {
-    json!({"git": {"repository": name}})
+/// The values composition and baseline release `name` get: cert-manager's post-install check
+/// waits for pods, which no kubelet here runs.
+fn values(_name: &str) -> Value {
+    json!({"startupapicheck": {"enabled": false}})
+}
+
+/// The chart rolled out: the default Tenant definition's, cert-manager v1.19.1.
+const TENANT_ARCHIVE: &str = "cert-manager-v1.19.1.tgz";
+/// What its definition generates: the CRD version, kind and plural, and the controller.
+const VERSION: &str = "v1-19-1";
+const KIND: &str = "Tenant";
+const PLURAL: &str = "tenants";
+const CONTROLLER: &str = "tenants-v1-19-1-controller";
+
+/// The cert-manager archive from the shared test data.
+fn tenant_chart() -> Result<PathBuf, Error> {
+    let path = Path::new(&env("COMPOSITOR_REAL_CHARTS")?).join(TENANT_ARCHIVE);
+    if !path.is_file() {
+        return Err(format!("{} is missing", path.display()).into());
+    }
+    Ok(path)
+}
+
+/// Publishes the Tenant chart into the test bed's HTTP repository; its URL there.
+fn publish_tenant_chart() -> Result<String, Error> {
+    let folder = Path::new(&env("TESTBED_DIR")?).join("repo/real");
+    std::fs::create_dir_all(&folder)?;
+    std::fs::copy(tenant_chart()?, folder.join(TENANT_ARCHIVE))?;
+    Ok(format!(
+        "{}/real/{TENANT_ARCHIVE}",
+        env("COMPOSITOR_TEST_REPO_URL")?
+    ))
 }
 
 /// Helm calls so far, by verb and outcome.
@@ -512,22 +543,28 @@ fn reconciles(metrics: &Samples) -> Counts {
     metrics.by("compositor_reconciles_total", &["outcome"])
 }
 
-/// Applies the fireworks-app definition with CRD group `group` in `namespace`, placed on every
-/// cluster in a namespace named after each composition, and waits until it is Ready.
+/// Applies the Tenant definition (cert-manager) with CRD group `group` in `namespace`, placed on
+/// every cluster in a namespace named after each composition, and waits until it is Ready.
 async fn wait_definition(
     bed: &TestBed,
     operator: &Process,
     namespace: &str,
     group: &str,
 ) -> Result<(), Error> {
-    let placement =
-        json!({"placement": {"clusters": "AllClusters", "namespace": "CompositionName"}});
+    let spec = json!({
+        "chart": {
+            "url": publish_tenant_chart()?,
+            "credentials": {"username": env("COMPOSITOR_TEST_REPO_USERNAME")?,
+                            "passwordRef": {"name": "repo-password", "key": "password"}},
+        },
+        "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
+    });
     bed.apply_definition_with(
         namespace,
         DEFINITION,
-        json!({"group": group}),
-        CHART_VERSION,
-        placement,
+        json!({"group": group, "kind": KIND}),
+        "",
+        spec,
     )
     .await?;
     bench_support::wait_definition(bed, operator, namespace, DEFINITION).await

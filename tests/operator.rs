@@ -2118,13 +2118,17 @@ async fn many_compositions_in_parallel_all_become_ready() {
             "one install each, no conflicts: {status}"
         );
     }
-    assert_eq!(
-        controller
-            .metric(r#"compositor_reconciles_total{outcome="Error"}"#)
-            .await,
-        0.0,
-        "no reconcile failed on the way:\n{}",
-        controller.output()
+    // The only failure allowed on the way is the wait for the operator's grant of the namespace,
+    // which a controller that installs in its first reconcile may reach first.
+    let output = controller.output();
+    let failures: Vec<&str> = output
+        .lines()
+        .filter(|line| line.contains("reconcile failed"))
+        .filter(|line| !line.contains("waiting for access to namespace"))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "no reconcile failed on the way: {failures:#?}"
     );
 
     // The permission checks of every install share one rules review of the namespace while it

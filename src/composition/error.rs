@@ -114,7 +114,9 @@ impl Error {
         match self {
             // The operator grants a new namespace within moments of seeing the composition.
             Error::AccessPending(_) => Duration::from_millis(500),
-            Error::PermissionsMissing(_) => Duration::from_secs(30),
+            // The operator grants what a new composition's release writes once it sees the
+            // composition, which a controller installing at once may beat.
+            Error::PermissionsMissing(_) => Duration::from_secs(2),
             error if error.is_terminal() => Duration::from_secs(300),
             _ => Duration::from_secs(10),
         }
