@@ -318,7 +318,7 @@ impl Bench<'_> {
         let objects = names
             .iter()
             .map(|name| {
-                let mut spec = values(name);
+                let mut spec = values();
                 if let (Some(spec), Some(more)) = (spec.as_object_mut(), more.as_object()) {
                     spec.extend(more.clone());
                 }
@@ -410,7 +410,7 @@ impl Bench<'_> {
                     name,
                     "--create-namespace",
                 ];
-                self.bed.helm(kubeconfig, &args, &values(name)).await?;
+                self.bed.helm(kubeconfig, &args, &values()).await?;
             }
             took.push(start.elapsed());
         }
@@ -489,9 +489,9 @@ fn failed_at(status: &Value, cluster: &str, server: &str) -> bool {
         })
 }
 
-/// The values composition and baseline release `name` get: cert-manager's post-install check
+/// The values every composition and baseline release gets: cert-manager's post-install check
 /// waits for pods, which no kubelet here runs.
-fn values(_name: &str) -> Value {
+fn values() -> Value {
     json!({"startupapicheck": {"enabled": false}})
 }
 

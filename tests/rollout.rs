@@ -546,53 +546,44 @@ async fn a_rotated_cluster_secret_is_used_on_the_next_reconcile_without_a_restar
         .delete("installer-1", &Default::default())
         .await
         .expect("revoke the first token");
-    let change = json!({"spec": {"message": "two"}});
     rollout
-        .compositions
-        .patch(&acme, &PatchParams::default(), &Patch::Merge(change))
-        .await
-        .expect("change the composition");
-    let status = rollout
-        .wait(&acme, "upgraded on edge with the new token", |status| {
-            all_ready(&[EDGE, "local"])(status)
-                && status["clusters"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["name"] == EDGE && c["revision"] == 2)
-        })
+        .upgrade_on_edge(&acme, "two", 2, "upgraded on edge with the new token")
         .await;
-    assert_eq!(status["phase"], "Ready", "{status}");
-    let message = installed(&rollout.remote, &acme)
-        .await
-        .and_then(|c| c.data)
-        .and_then(|data| data.get("message").cloned());
-    assert_eq!(message.as_deref(), Some("two"));
 
     // A client certificate instead of a token, checked against a TLS server name other than
     // the address: Helm gets both, as the controller's own client has them.
     register(remote.client_certificate_kubeconfig("installer-3")).await;
-    let change = json!({"spec": {"message": "three"}});
     rollout
-        .compositions
-        .patch(&acme, &PatchParams::default(), &Patch::Merge(change))
-        .await
-        .expect("change the composition again");
-    rollout
-        .wait(&acme, "upgraded on edge with the certificate", |status| {
-            all_ready(&[EDGE, "local"])(status)
-                && status["clusters"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["name"] == EDGE && c["revision"] == 3)
-        })
+        .upgrade_on_edge(&acme, "three", 3, "upgraded on edge with the certificate")
         .await;
-    let message = installed(&rollout.remote, &acme)
-        .await
-        .and_then(|c| c.data)
-        .and_then(|data| data.get("message").cloned());
-    assert_eq!(message.as_deref(), Some("three"));
+}
+
+impl Rollout {
+    /// Changes composition `name`'s message and waits until it is Ready on both clusters with
+    /// `revision` on edge, where the release then says `message`.
+    async fn upgrade_on_edge(&self, name: &str, message: &str, revision: i64, what: &str) {
+        let change = json!({"spec": {"message": message}});
+        self.compositions
+            .patch(name, &PatchParams::default(), &Patch::Merge(change))
+            .await
+            .expect("change the composition");
+        let status = self
+            .wait(name, what, |status| {
+                all_ready(&[EDGE, "local"])(status)
+                    && status["clusters"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["name"] == EDGE && c["revision"] == revision)
+            })
+            .await;
+        assert_eq!(status["phase"], "Ready", "{status}");
+        let installed = installed(&self.remote, name)
+            .await
+            .and_then(|c| c.data)
+            .and_then(|data| data.get("message").cloned());
+        assert_eq!(installed.as_deref(), Some(message));
+    }
 }
 
 #[tokio::test]
