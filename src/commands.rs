@@ -287,6 +287,32 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// Arguments of `compositor post-render`, which Helm runs with the manifest on stdin.
+#[derive(Args, Debug)]
+pub struct PostRenderArgs {
+    /// The controller gate's socket.
+    pub socket: PathBuf,
+    /// The Helm write's ticket at that gate.
+    pub ticket: String,
+}
+
+/// `compositor post-render`: passes the manifest on stdin to stdout if the controller's gate
+/// allows it, else fails, which stops Helm before it writes anything.
+pub fn post_render(args: PostRenderArgs) -> Result<(), CommandError> {
+    use std::io::Write;
+    let mut manifest = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut manifest)
+        .map_err(context("read the manifest"))?;
+    let gate = format!("ask the gate at {}", args.socket.display());
+    match helm::relay(&args.socket, &args.ticket, &manifest).map_err(context(gate))? {
+        Some(allowed) => std::io::stdout()
+            .write_all(&allowed)
+            .map_err(context("write the manifest")),
+        None => Err("the controller did not admit this manifest".into()),
+    }
+}
+
 /// Flags of `compositor controller`.
 #[derive(Args, Debug)]
 pub struct ControllerArgs {

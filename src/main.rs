@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use compositor::commands::{self, ControllerArgs, CrdArgs, RunArgs};
+use compositor::commands::{self, ControllerArgs, CrdArgs, PostRenderArgs, RunArgs};
 
 /// compositor turns any Helm chart into a Kubernetes API.
 #[derive(Parser, Debug)]
@@ -25,6 +25,9 @@ enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Helm's post-renderer for a controller: relays a manifest to the controller's gate.
+    #[command(hide = true)]
+    PostRender(PostRenderArgs),
 }
 
 #[tokio::main]
@@ -40,6 +43,7 @@ async fn main() -> ExitCode {
         Command::Crd(args) => commands::crd(*args).await,
         Command::Run(args) => commands::run(*args).await,
         Command::Controller(args) => commands::controller(*args).await,
+        Command::PostRender(args) => commands::post_render(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compositor::helm::{
-    Engine, Error, Release, ReleaseStatus, Target, UpgradeOptions, parse_manifest,
+    Engine, Error, Gate, Release, ReleaseStatus, Target, UpgradeOptions, parse_manifest,
 };
 use compositor::runtime::Metrics;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -139,7 +139,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
             release,
             &v115,
             &json!({"app": {"greeting": "hi"}}),
-            options,
+            options.clone(),
         )
         .await
         .expect("install");
@@ -164,7 +164,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
 
     // The values are the whole truth: empty values mean the chart's defaults, not the last ones.
     let upgraded = helm
-        .upgrade_install(&target, release, &v115, &json!({}), options)
+        .upgrade_install(&target, release, &v115, &json!({}), options.clone())
         .await
         .expect("upgrade values");
     assert_release(&upgraded, 2, "1.1.5");
@@ -176,7 +176,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
             release,
             &v116,
             &json!({"app": {"greeting": "again"}}),
-            options,
+            options.clone(),
         )
         .await
         .expect("upgrade chart");
@@ -217,7 +217,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
     assert_eq!(stuck.status, ReleaseStatus::PendingUpgrade);
     assert!(stuck.status.is_pending());
     let refused = helm
-        .upgrade_install(&target, release, &v116, &json!({}), options)
+        .upgrade_install(&target, release, &v116, &json!({}), options.clone())
         .await
         .expect_err("upgrade of a pending release");
     assert!(
@@ -374,6 +374,7 @@ async fn credentials_reach_helm_only_in_a_private_kubeconfig_file() {
     let options = UpgradeOptions {
         create_namespace: true,
         wait: true,
+        ..Default::default()
     };
     let installed = helm
         .upgrade_install(
@@ -509,4 +510,55 @@ async fn old_apiservers_need_client_side_apply_and_a_failed_install_can_be_upgra
         (release.revision, release.status),
         (2, ReleaseStatus::Deployed)
     );
+}
+
+#[tokio::test]
+async fn the_gate_sees_what_helm_renders_and_can_stop_it_before_anything_is_written() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "helm-gate").await;
+    let metrics = Arc::new(Metrics::default());
+    let helm = engine(&metrics);
+    let target = Target::new(admin_kubeconfig(), &namespace);
+    let chart = support::packaged_chart("plain", "0.1.0");
+    let gate = Gate::start(env!("CARGO_BIN_EXE_compositor").into()).expect("gate");
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), &namespace);
+    let values = json!({"message": "hi"});
+
+    for allow in [false, true] {
+        let mut ticket = gate.ticket();
+        let options = UpgradeOptions {
+            post_renderer: Some(ticket.renderer().clone()),
+            ..Default::default()
+        };
+        let install = helm.upgrade_install(&target, "gated", &chart, &values, options);
+        let admission = async {
+            let request = ticket.request().await.expect("the manifest");
+            let kinds: Vec<_> = parse_manifest(&request.manifest)
+                .expect("manifest")
+                .into_iter()
+                .map(|o| (o.kind, o.name))
+                .collect();
+            assert_eq!(
+                kinds,
+                [("ConfigMap".to_string(), "gated-plain".to_string())]
+            );
+            assert!(
+                maps.get_opt("gated-plain").await.unwrap().is_none(),
+                "nothing is written while the gate decides"
+            );
+            request.answer(allow);
+        };
+        let (installed, ()) = tokio::join!(install, admission);
+        if allow {
+            assert_eq!(installed.expect("install").revision, 1);
+            assert_eq!(
+                maps.get("gated-plain").await.unwrap().data.unwrap()["message"],
+                "hi"
+            );
+        } else {
+            assert!(installed.is_err(), "a denied manifest stops Helm");
+            assert_eq!(helm.status(&target, "gated").await.expect("status"), None);
+            assert!(maps.get_opt("gated-plain").await.unwrap().is_none());
+        }
+    }
 }

@@ -63,9 +63,11 @@ pub enum Error {
 
 impl Error {
     /// A failed Helm step; a refusal by the authorizer is a permission problem, which retrying
-    /// does not fix.
+    /// does not fix, and neither does a chart that does not render with these values.
     pub(super) fn from_helm(step: HelmStep, error: helm::Error) -> Error {
-        if error.is_forbidden() {
+        if error.is_render_failure() {
+            Error::Render(error)
+        } else if error.is_forbidden() {
             Error::PermissionsMissing(format!(
                 "{step} was refused: {}",
                 crate::runtime::error_message(&error)

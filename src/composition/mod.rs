@@ -96,6 +96,8 @@ pub struct Context {
     failures: error::Failures,
     /// `--workers` permits, shared out among namespaces in turn.
     workers: crate::runtime::FairGate,
+    /// Where Helm's rendered manifests are admitted before Helm writes them.
+    gate: helm::Gate,
 }
 
 impl Context {
@@ -144,6 +146,7 @@ impl Context {
             last_chart: inputs::LastChart::default(),
             failures: error::Failures::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
+            gate: helm::Gate::start(std::env::current_exe()?)?,
             client,
             kube_config,
             config,

@@ -2,10 +2,18 @@
 //!
 //! 1. up to date? the fingerprint of these inputs is the one recorded, Helm's latest record is
 //!    that revision, deployed, and the release's objects are there: nothing to do, no `helm`;
-//! 2. render the chart, and put every object Helm would write to the authorizer (`access`);
-//! 3. recover a release a crash left pending;
-//! 4. `helm upgrade --install`, and the target's new entry in `status.clusters`.
+//! 2. recover a release a crash left pending;
+//! 3. `helm upgrade --install`, whose rendered manifest is admitted before Helm writes any of
+//!    it: every object is put to the authorizer (`access`) from Helm's post-renderer (the
+//!    engine's gate); then the target's new entry in `status.clusters`.
+//!
+//! Helm installs a chart's `crds/` before it renders, so those are not admitted; the operator
+//! grants them by name, and a refusal of one is reported as missing permissions before any
+//! release exists.
 
+use std::pin::pin;
+
+use futures::future::{self, Either};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::events::EventType;
@@ -91,35 +99,15 @@ impl Release<'_> {
         {
             return Ok(Outcome::UpToDate);
         }
-        let documents = self.render().await?;
-        self.check_access(&documents).await?;
-        let chart = CompositionChart {
-            version: self.chart.version.clone(),
-            digest: self.chart.digest.clone(),
-        };
-        writer
-            .lock()
-            .await
-            .rendered(chart, kept_resources(&documents));
         let helm_target = helm_target(self.reach, &self.target.namespace)?;
-        if self.target.creates_namespace {
-            create_namespace(self.reach, &self.target.namespace, self.object).await?;
-        }
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
         // A Helm write may take minutes; say so first.
         let note = format!("{step} {}", self.target.release);
         writer.lock().await.progressing(&note).await?;
-        let outcome = self
-            .context
-            .helm
-            .upgrade_install(
-                &helm_target,
-                &self.target.release,
-                &self.chart.archive_path,
-                self.values,
-                helm::UpgradeOptions::default(),
-            )
-            .await;
+        let (outcome, admitted) = self.gated_upgrade(&helm_target, writer).await;
+        if let Some(Err(refused)) = admitted {
+            return Err(refused.into());
+        }
         self.released(step, outcome, recorded, fingerprint).await
     }
 
@@ -148,20 +136,60 @@ impl Release<'_> {
         resources_exist(self.reach, resources, &self.target.namespace).await
     }
 
-    /// The objects Helm would write, as `helm template` renders them.
-    async fn render(&self) -> Result<Vec<RenderedDocument>, Error> {
-        let manifest = self
-            .context
-            .helm
-            .template(
-                &self.chart.archive_path,
-                &self.target.release,
-                &self.target.namespace,
-                self.values,
-            )
+    /// `helm upgrade --install` with the gate as its post-renderer, so that what Helm renders is
+    /// admitted ([`Release::admit`]) before Helm writes any of it: one Helm process, and the
+    /// check is of exactly what Helm writes. The admission is `None` when Helm stopped before it
+    /// had rendered anything.
+    async fn gated_upgrade(
+        &self,
+        helm_target: &helm::Target,
+        writer: &SharedWriter<'_, '_>,
+    ) -> (
+        Result<helm::Release, helm::Error>,
+        Option<Result<(), Error>>,
+    ) {
+        let mut ticket = self.context.gate.ticket();
+        let options = helm::UpgradeOptions {
+            post_renderer: Some(ticket.renderer().clone()),
+            ..Default::default()
+        };
+        let upgrade = self.context.helm.upgrade_install(
+            helm_target,
+            &self.target.release,
+            &self.chart.archive_path,
+            self.values,
+            options,
+        );
+        let admission = async {
+            let request = ticket.request().await?;
+            let admitted = self.admit(&request.manifest, writer).await;
+            request.answer(admitted.is_ok());
+            Some(admitted)
+        };
+        match future::select(pin!(upgrade), pin!(admission)).await {
+            Either::Left((outcome, _)) => (outcome, None),
+            Either::Right((admitted, upgrade)) => (upgrade.await, admitted),
+        }
+    }
+
+    /// What Helm is about to write, before it writes any of it: every object is put to the
+    /// authorizer, the objects the release keeps are noted for the status, and the namespace is
+    /// made when this release makes it.
+    async fn admit(&self, manifest: &str, writer: &SharedWriter<'_, '_>) -> Result<(), Error> {
+        let documents = parse_documents(manifest)?;
+        self.check_access(&documents).await?;
+        let chart = CompositionChart {
+            version: self.chart.version.clone(),
+            digest: self.chart.digest.clone(),
+        };
+        writer
+            .lock()
             .await
-            .map_err(Error::Render)?;
-        Ok(parse_documents(&manifest)?)
+            .rendered(chart, kept_resources(&documents));
+        if self.target.creates_namespace {
+            create_namespace(self.reach, &self.target.namespace, self.object).await?;
+        }
+        Ok(())
     }
 
     /// Every object Helm would write is put to the authorizer first, so that nothing is

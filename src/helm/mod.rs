@@ -21,12 +21,14 @@
 //! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
 mod manifest;
+mod post_render;
 mod release;
 mod storage;
 
 pub use manifest::{
     ManifestError, RenderedDocument, RenderedObject, parse_documents, parse_manifest,
 };
+pub use post_render::{Gate, PostRenderer, Request, SUBCOMMAND as POST_RENDER, Ticket, relay};
 pub use release::{Release, ReleaseStatus, Revision};
 pub use storage::latest_record;
 
@@ -139,12 +141,15 @@ impl std::fmt::Debug for Target {
 }
 
 /// How [`Engine::upgrade_install`] runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UpgradeOptions {
     /// Create the target namespace if it does not exist.
     pub create_namespace: bool,
     /// Wait until the release's objects are ready (within the engine's timeout) before returning.
     pub wait: bool,
+    /// Run the rendered manifest through this before anything is written (a [`Gate`]'s);
+    /// needs Helm 3.10 or later.
+    pub post_renderer: Option<PostRenderer>,
 }
 
 /// Revisions Helm keeps per release; older ones are pruned.
@@ -252,7 +257,10 @@ impl Engine {
         if options.wait {
             args.push("--wait");
         }
-        self.server_side_arg(&mut args).await?;
+        let helm_4 = self.server_side_arg(&mut args).await?;
+        if let Some(renderer) = &options.post_renderer {
+            post_renderer_args(&workspace, &mut args, renderer, helm_4)?;
+        }
         args.push("--").push(release).push(chart.as_os_str());
         let out = self.run(VERB, &workspace, &args.0).await?;
         release::parse_release(&out).map_err(|source| Error::Output { verb: VERB, source })
@@ -357,7 +365,8 @@ impl Engine {
     }
 
     /// Adds `--server-side=<bool>` when this helm has the flag (Helm 4); Helm 3 rejects it.
-    async fn server_side_arg(&self, args: &mut Args) -> Result<(), Error> {
+    /// Whether it has.
+    async fn server_side_arg(&self, args: &mut Args) -> Result<bool, Error> {
         let knows = match self.knows_server_side.get() {
             Some(knows) => *knows,
             None => {
@@ -368,7 +377,7 @@ impl Engine {
         if knows {
             args.push(format!("--server-side={}", self.server_side));
         }
-        Ok(())
+        Ok(knows)
     }
 
     async fn run<S: AsRef<OsStr>>(
@@ -403,6 +412,7 @@ impl Engine {
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_CACHE_HOME", home.join("cache"))
             .env("HELM_DATA_HOME", home.join("data"))
+            .env("HELM_PLUGINS", home.join(PLUGINS))
             .env("KUBECONFIG", home.join("kubeconfig"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -450,10 +460,16 @@ impl Workspace {
         Ok(workspace)
     }
 
-    /// Writes a file readable by the owner only.
+    /// Writes a file readable by the owner only; `name` may have folders, which are made.
     fn write(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.path().join(name);
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder).map_err(|source| Error::Spawn {
+                verb: "write",
+                source,
+            })?;
+        }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -470,6 +486,30 @@ impl Workspace {
         })?;
         Ok(path)
     }
+}
+
+/// Where a workspace keeps Helm's plugins (`HELM_PLUGINS`).
+const PLUGINS: &str = "plugins";
+
+/// Makes Helm run `renderer` on the rendered manifest: Helm 4 runs post-renderers as plugins
+/// (one is written into the workspace), Helm 3 runs the executable itself.
+fn post_renderer_args(
+    workspace: &Workspace,
+    args: &mut Args,
+    renderer: &PostRenderer,
+    helm_4: bool,
+) -> Result<(), Error> {
+    if helm_4 {
+        let plugin = format!("{PLUGINS}/{}/plugin.yaml", post_render::PLUGIN);
+        workspace.write(&plugin, post_render::plugin_manifest(renderer).as_bytes())?;
+        args.flag("--post-renderer", post_render::PLUGIN);
+    } else {
+        args.flag("--post-renderer", &renderer.command);
+    }
+    for arg in &renderer.args {
+        args.flag("--post-renderer-args", arg);
+    }
+    Ok(())
 }
 
 /// A helm command line.
@@ -491,6 +531,18 @@ impl Args {
 }
 
 impl Error {
+    /// Whether Helm stopped at rendering the chart: a template that does not parse, a failed
+    /// `fail` or `required`, a function call that failed, or output that is not YAML.
+    pub fn is_render_failure(&self) -> bool {
+        const SIGNS: [&str; 4] = [
+            "parse error at (",
+            "execution error at (",
+            "template: ",
+            "YAML parse error on ",
+        ];
+        matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
+    }
+
     /// Helm's answer for a release that does not exist (`release: not found`, also at the end of
     /// `uninstall: Release not loaded: NAME: release: not found`).
     fn is_release_not_found(&self) -> bool {
@@ -535,6 +587,28 @@ mod tests {
         let short = shorten(&long);
         assert!(short.len() <= MESSAGE_LIMIT + '…'.len_utf8());
         assert!(short.ends_with('…'));
+    }
+
+    #[test]
+    fn render_failures_are_told_from_other_failures() {
+        let failed = |message: &str| Error::Failed {
+            verb: "upgrade",
+            message: message.into(),
+        };
+        for rendering in [
+            "execution error at (rf/templates/a.yaml:1:3): size is required",
+            "parse error at (rf/templates/b.yaml:1): unexpected \"}\" in operand",
+            "template: rf/templates/a.yaml:3:4: executing \"rf/templates/a.yaml\" at <x>: nil",
+            "YAML parse error on rf/templates/a.yaml: error converting YAML to JSON",
+        ] {
+            assert!(failed(rendering).is_render_failure(), "{rendering}");
+        }
+        for writing in [
+            "Kubernetes cluster unreachable: connection refused",
+            "failed to create resource: configmaps is forbidden",
+        ] {
+            assert!(!failed(writing).is_render_failure(), "{writing}");
+        }
     }
 
     #[test]
