@@ -18,7 +18,10 @@
 //!   `uninstall`) and API writes that follow, from the controller's metrics, should be none;
 //! - API requests per composition, by verb and resource, from the controller's
 //!   `compositor_api_requests_total`, for the apply and the idle resync;
-//! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end.
+//! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end;
+//! - CPU seconds of the API server and etcd, and of the controller (with its Helm processes) and
+//!   the operator during the apply, or of the `helm` processes during the baseline: where the
+//!   time goes on a machine whose cores are the limit.
 //!
 //! Figures go to stdout, progress to stderr; the exit code is non-zero when a step fails.
 
@@ -33,8 +36,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use bench_support::{
-    CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples, TestBed,
-    VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
+    BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples,
+    TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
 };
 
 /// Compositions, and baseline releases, unless `BENCH_SCALE` says otherwise.
@@ -86,7 +89,15 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let compositions =
         Api::<DynamicObject>::namespaced_with(bed.client.clone(), &namespace, &resource);
 
-    let apply = create_all(bed, &compositions, &group, &mut controller, count).await?;
+    let apply = create_all(
+        bed,
+        &compositions,
+        &group,
+        &mut controller,
+        &operator,
+        count,
+    )
+    .await?;
     eprintln!(
         "compositor: {count} compositions Ready in {} (Helm calls: {})",
         secs(apply.all),
@@ -95,11 +106,12 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let baseline = if count <= BASELINE_MAX {
         let names: Vec<String> = (0..count).map(release).collect();
         let helm_namespace = bed.namespace("helm").await?;
+        let before = BedCpu::now()?;
         let took = bed
             .helm_each("install", &helm_namespace, &names, &bed.chart, values)
             .await?;
         eprintln!("baseline: {count} helm installs in {}", secs(took));
-        Some(took)
+        Some((took, BedCpu::now()?.since(before)))
     } else {
         None
     };
@@ -122,7 +134,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
 struct Figures {
     count: usize,
     apply: Apply,
-    baseline: Option<Duration>,
+    baseline: Option<(Duration, BedCpu)>,
     resync: Resync,
     records: usize,
     /// The controller's VmRSS and VmHWM at the end, in MiB.
@@ -150,7 +162,7 @@ impl Figures {
             secs(apply.median)
         );
         match self.baseline {
-            Some(baseline) => {
+            Some((baseline, _)) => {
                 let compositor_ratio = ratio(apply.all, baseline);
                 println!(
                     "| baseline: {count} sequential `helm install` | {} |",
@@ -167,6 +179,18 @@ impl Figures {
             "| Helm calls during the apply | {} |",
             describe(&apply.calls)
         );
+        let cpu = &apply.cpu;
+        println!(
+            "| CPU seconds, apply | kube-apiserver {:.1}, etcd {:.1}, controller {:.1} (with its \
+             Helm processes), operator {:.1} |",
+            cpu.bed.apiserver, cpu.bed.etcd, cpu.controller, cpu.operator
+        );
+        if let Some((_, cpu)) = &self.baseline {
+            println!(
+                "| CPU seconds, baseline | kube-apiserver {:.1}, etcd {:.1}, helm {:.1} |",
+                cpu.apiserver, cpu.etcd, cpu.children
+            );
+        }
         println!(
             "| API requests per composition, apply | {} |",
             per_composition(&apply.requests, count)
@@ -272,6 +296,7 @@ fn values(name: &str) -> Value {
 /// When the compositions became Ready, from the first create; the Helm calls on the way and the
 /// controller's VmRSS (MiB) once all were Ready.
 struct Apply {
+    cpu: ApplyCpu,
     created: Duration,
     first: Duration,
     median: Duration,
@@ -281,12 +306,20 @@ struct Apply {
     rss: f64,
 }
 
+/// CPU seconds the apply took.
+struct ApplyCpu {
+    bed: BedCpu,
+    controller: f64,
+    operator: f64,
+}
+
 /// Creates `count` compositions at once and waits until every one is Ready.
 async fn create_all(
     bed: &TestBed,
     compositions: &Api<DynamicObject>,
     group: &str,
     controller: &mut Process,
+    operator: &Process,
     count: usize,
 ) -> Result<Apply, Error> {
     let objects = (0..count)
@@ -299,6 +332,7 @@ async fn create_all(
         .collect::<Result<Vec<DynamicObject>, _>>()?;
     let params = PostParams::default();
     let before = controller.metrics(&bed.http).await?;
+    let cpu_before = (BedCpu::now()?, controller.cpu()?, operator.cpu()?);
     let start = Instant::now();
     create_in_batches(compositions, &params, &objects).await?;
     let created = start.elapsed();
@@ -307,7 +341,13 @@ async fn create_all(
     })
     .await?;
     let after = controller.metrics(&bed.http).await?;
+    let cpu = ApplyCpu {
+        bed: BedCpu::now()?.since(cpu_before.0),
+        controller: controller.cpu()? - cpu_before.1,
+        operator: operator.cpu()? - cpu_before.2,
+    };
     Ok(Apply {
+        cpu,
         created,
         first: times[0],
         median: times[count / 2],

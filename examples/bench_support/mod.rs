@@ -562,6 +562,11 @@ impl Process {
         Ok(Samples::parse(&text))
     }
 
+    /// CPU seconds the process and the children it has waited for (its Helm processes) used.
+    pub fn cpu(&self) -> Result<f64, Error> {
+        cpu_seconds(&self.child.id().to_string())
+    }
+
     /// VmRSS and VmHWM in MiB, from `/proc`.
     pub fn memory(&self) -> Result<(f64, f64), Error> {
         let path = format!("/proc/{}/status", self.child.id());
@@ -749,5 +754,78 @@ pub async fn wait_definition(
             )));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Clock ticks per second of `/proc/PID/stat` (`getconf CLK_TCK`, 100 on Linux).
+const CLOCK_TICKS: f64 = 100.0;
+
+/// CPU seconds (user and system) process `pid` (or `self`) and the children it has waited for
+/// used, from `/proc/PID/stat`.
+pub fn cpu_seconds(pid: &str) -> Result<f64, Error> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path)?;
+    // The fields after the command name, which is in parentheses and may hold anything.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime, stime, cutime and cstime: fields 14 to 17 of stat(5), the state being field 3.
+    let ticks = fields
+        .get(11..15)
+        .ok_or_else(|| format!("{path} is too short"))?
+        .iter()
+        .map(|field| field.parse::<f64>())
+        .sum::<Result<f64, _>>()
+        .map_err(|e| format!("{path}: {e}"))?;
+    Ok(ticks / CLOCK_TICKS)
+}
+
+/// CPU seconds used so far by the test bed's API server and etcd, and by this process's
+/// finished children (the baseline's `helm` processes).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BedCpu {
+    /// kube-apiserver.
+    pub apiserver: f64,
+    /// etcd.
+    pub etcd: f64,
+    /// This process's children it has waited for.
+    pub children: f64,
+}
+
+impl BedCpu {
+    /// Now.
+    pub fn now() -> Result<BedCpu, Error> {
+        let dir = PathBuf::from(env("TESTBED_DIR")?).join("pids");
+        let of = |name: &str| -> Result<f64, Error> {
+            let pid = std::fs::read_to_string(dir.join(name))?;
+            cpu_seconds(pid.trim())
+        };
+        let own = std::fs::read_to_string("/proc/self/stat")?;
+        let children = own
+            .rsplit_once(')')
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .skip(13)
+                    .take(2)
+                    .filter_map(|f| f.parse::<f64>().ok())
+                    .sum::<f64>()
+            })
+            .unwrap_or_default()
+            / CLOCK_TICKS;
+        Ok(BedCpu {
+            apiserver: of("kube-apiserver")?,
+            etcd: of("etcd")?,
+            children,
+        })
+    }
+
+    /// What was used since `before`.
+    pub fn since(self, before: BedCpu) -> BedCpu {
+        BedCpu {
+            apiserver: self.apiserver - before.apiserver,
+            etcd: self.etcd - before.etcd,
+            children: self.children - before.children,
+        }
     }
 }

@@ -98,6 +98,8 @@ pub struct Context {
     workers: crate::runtime::FairGate,
     /// Where Helm's rendered manifests are admitted before Helm writes them.
     gate: helm::Gate,
+    /// The compositions as the controller's own claim left them, so that it is not an event.
+    own_changes: watch::OwnChanges,
 }
 
 impl Context {
@@ -147,6 +149,7 @@ impl Context {
             failures: error::Failures::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
+            own_changes: watch::OwnChanges::default(),
             client,
             kube_config,
             config,
@@ -311,6 +314,7 @@ async fn claim(
                 )
                 .await
                 .map_err(|e| Error::Kube("label composition", e))?;
+            context.own_changes.made(&claimed);
             Ok(Some(Arc::new(claimed)))
         }
         None => Ok(None),

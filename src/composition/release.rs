@@ -12,6 +12,7 @@
 //! release exists.
 
 use std::pin::pin;
+use std::time::Duration;
 
 use futures::future::{self, Either};
 use kube::api::Api;
@@ -74,7 +75,7 @@ pub(super) type SharedWriter<'w, 'a> = futures::lock::Mutex<&'w mut StatusWriter
 
 impl Release<'_> {
     /// Brings the target's release to these inputs, unless it is there already. The status
-    /// says when a Helm write starts; the caller records the outcome.
+    /// says when a Helm write takes a while; the caller records the outcome.
     pub(super) async fn reconcile(
         &self,
         writer: &SharedWriter<'_, '_>,
@@ -101,10 +102,9 @@ impl Release<'_> {
         }
         let helm_target = helm_target(self.reach, &self.target.namespace)?;
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
-        // A Helm write may take minutes; say so first.
+        let upgrade = self.gated_upgrade(&helm_target, writer);
         let note = format!("{step} {}", self.target.release);
-        writer.lock().await.progressing(&note).await?;
-        let (outcome, admitted) = self.gated_upgrade(&helm_target, writer).await;
+        let (outcome, admitted) = announced(upgrade, writer, &note).await;
         if let Some(Err(refused)) = admitted {
             return Err(refused.into());
         }
@@ -254,6 +254,11 @@ impl Release<'_> {
     ) -> Result<Outcome, Failure> {
         let release = match outcome {
             Ok(release) => release,
+            // The operator's grant of the namespace came after the record read above, or went
+            // for a moment: nothing was written, so it is the same wait as there.
+            Err(error) if error.is_records_forbidden() && self.reach.is_local() => {
+                return Err(Error::AccessPending(self.target.namespace.clone()).into());
+            }
             Err(error) => {
                 let error = Error::from_helm(step, error);
                 let message = crate::runtime::error_message(&error);
@@ -304,6 +309,28 @@ impl Release<'_> {
             last_transition_time: None,
         }
     }
+}
+
+/// How long a Helm write runs before the status says it is under way. Most take less, and then
+/// their result is the only status write.
+const ANNOUNCE_AFTER: Duration = Duration::from_secs(2);
+
+/// `upgrade`, with the status saying it is under way (`note`) once it has run for
+/// [`ANNOUNCE_AFTER`]: a Helm write may take minutes. A failed status write does not stop Helm
+/// halfway; the result's write will say how it went.
+async fn announced<T>(
+    upgrade: impl Future<Output = T>,
+    writer: &SharedWriter<'_, '_>,
+    note: &str,
+) -> T {
+    let mut upgrade = pin!(upgrade);
+    if let Ok(done) = tokio::time::timeout(ANNOUNCE_AFTER, &mut upgrade).await {
+        return done;
+    }
+    if let Err(error) = writer.lock().await.progressing(note).await {
+        tracing::warn!(error = %crate::runtime::error_message(&error), "cannot say that {note} is under way");
+    }
+    upgrade.await
 }
 
 /// The objects the release keeps. Helm installs `crds/` once and never again, and hooks come

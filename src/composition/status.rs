@@ -75,7 +75,7 @@ impl<'a> StatusWriter<'a> {
         self.status.resources = resources;
     }
 
-    /// Writes that a Helm write (`note`) is under way, before it starts: it may take minutes.
+    /// Writes that a Helm write (`note`) is under way: it may take minutes.
     pub(super) async fn progressing(&mut self, note: &str) -> Result<(), Error> {
         self.status.phase = Some(Phase::Progressing);
         set_condition(

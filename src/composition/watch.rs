@@ -2,7 +2,8 @@
 //! a user can change, none for the controller's own status writes), every composition again
 //! when the registered clusters change, and an error policy that backs off per composition.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -34,6 +35,11 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(asked_for, PredicateConfig::default());
+    let own = context.clone();
+    let changes = changes.filter(move |object| {
+        let echo = matches!(object, Ok(object) if own.own_changes.is_echo(object));
+        futures::future::ready(!echo)
+    });
     let clusters_changed = cluster_changes(context.clusters.clone());
     Controller::for_stream_with(changes, reader, context.resource.clone())
         .reconcile_all_on(clusters_changed)
@@ -125,6 +131,39 @@ fn asked_for(object: &DynamicObject) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// The compositions the controller changed itself (its claim: label and finalizer), by UID,
+/// with the [`asked_for`] hash of the result. That change comes back through the watch, but the
+/// reconcile that made it goes on with the result, so it needs no reconcile of its own.
+#[derive(Default)]
+pub(super) struct OwnChanges(Mutex<HashMap<String, u64>>);
+
+impl OwnChanges {
+    /// Remembers that `object` is as the controller made it, as the watch will see it.
+    pub(super) fn made(&self, object: &DynamicObject) {
+        let mut seen = DynamicObject {
+            types: None,
+            metadata: object.metadata.clone(),
+            data: serde_json::Value::Null,
+        };
+        slim(&mut seen);
+        if let (Some(uid), Some(hash)) = (seen.uid(), asked_for(&seen)) {
+            self.lock().insert(uid, hash);
+        }
+    }
+
+    /// Whether `object` is just as the controller made it; either way, it is forgotten.
+    fn is_echo(&self, object: &DynamicObject) -> bool {
+        let made = object.uid().and_then(|uid| self.lock().remove(&uid));
+        made.is_some() && made == asked_for(object)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 /// Logs the failure and looks again when the error says, later with each failure in a row
 /// (see [`Error::backoff`]).
 fn error_policy(object: Arc<DynamicObject>, error: &Error, context: Arc<Context>) -> Action {
@@ -141,6 +180,36 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, context: Arc<Context>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn composition(uid: &str, labels: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "x.compositor.dev/v1", "kind": "App",
+            "metadata": {"name": "a", "namespace": "n", "uid": uid, "generation": 1, "labels": labels},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_controllers_own_change_is_an_echo_and_only_once() {
+        let own = OwnChanges::default();
+        let mut claimed = composition("u1", serde_json::json!({"compositor.dev/version": "v1"}));
+        claimed
+            .annotations_mut()
+            .insert(LAST_APPLIED.into(), "{…}".into());
+        own.made(&claimed);
+        slim(&mut claimed);
+        assert!(own.is_echo(&claimed), "as the watch cache has it");
+        assert!(!own.is_echo(&claimed), "the next change is someone else's");
+
+        own.made(&claimed);
+        let moved = composition("u1", serde_json::json!({"compositor.dev/version": "v2"}));
+        assert!(
+            !own.is_echo(&moved),
+            "a change on top of the claim is not an echo"
+        );
+        assert!(!own.is_echo(&claimed), "and the claim is forgotten");
+        assert!(!own.is_echo(&composition("u2", serde_json::json!({}))));
+    }
 
     #[test]
     fn the_cache_keeps_metadata_and_the_phase_only() {

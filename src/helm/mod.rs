@@ -543,6 +543,13 @@ impl Error {
         matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
     }
 
+    /// Whether Helm was refused reading its own release records, which it does before it
+    /// renders or writes anything.
+    pub fn is_records_forbidden(&self) -> bool {
+        self.is_forbidden()
+            && matches!(self, Error::Failed { message, .. } if message.contains("failed to query with labels"))
+    }
+
     /// Helm's answer for a release that does not exist (`release: not found`, also at the end of
     /// `uninstall: Release not loaded: NAME: release: not found`).
     fn is_release_not_found(&self) -> bool {
@@ -609,6 +616,12 @@ mod tests {
         ] {
             assert!(!failed(writing).is_render_failure(), "{writing}");
         }
+        let records = "query: failed to query with labels: secrets is forbidden: User \"x\" \
+                       cannot list resource \"secrets\" in API group \"\" in the namespace \"a\"";
+        assert!(failed(records).is_records_forbidden());
+        assert!(
+            !failed("failed to create resource: configmaps is forbidden").is_records_forbidden()
+        );
     }
 
     #[test]
