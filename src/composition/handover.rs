@@ -12,9 +12,8 @@ use serde_json::json;
 
 use super::inputs::fetch_chart;
 use super::status::{publish, status_of};
-use super::{Context, Error, merged_over, values_of};
+use super::{Context, Error, values_of};
 use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, VERSION_LABEL};
-use crate::schema;
 
 /// A move this controller refuses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,12 +91,8 @@ pub async fn refused_move(
     else {
         return Ok(None);
     };
-    let fetched = fetch_chart(definition, context).await?;
-    let values = values_of(object.data.get("spec"));
-    let violations = schema::validate_package(
-        &merged_over(&fetched.package.values, &values),
-        &fetched.package,
-    )?;
+    let chart = fetch_chart(definition, context).await?;
+    let violations = chart.violations(&values_of(object.data.get("spec")));
     if violations.is_empty() {
         return Ok(None);
     }

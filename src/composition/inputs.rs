@@ -79,22 +79,45 @@ fn serves(definition: &CompositionDefinition, version: &str) -> bool {
     status.is_some_and(|s| s.versions.iter().any(|v| v.version == version))
 }
 
-/// The chart this controller fetched last, unpacked. A controller installs one chart version,
-/// so this is the chart nearly every reconcile needs: while the definition reports the same
-/// archive digest, it is used as it is, with no credentials read and no archive parsed again.
+/// A chart as the controller installs it: fetched and unpacked, with its values schemas
+/// compiled for every composition's values.
+pub(super) struct Chart {
+    /// The chart.
+    pub fetched: Fetched,
+    validator: schema::PackageValidator,
+}
+
+impl Chart {
+    fn new(fetched: Fetched) -> Result<Self, Error> {
+        let validator = schema::PackageValidator::new(&fetched.package)?;
+        Ok(Chart { fetched, validator })
+    }
+
+    /// Every way `values`, over the chart's defaults, break the chart's schemas.
+    pub(super) fn violations(&self, values: &Value) -> Vec<schema::Violation> {
+        let merged = merged_over(&self.fetched.package.values, values);
+        self.validator.validate(&merged)
+    }
+}
+
+/// The chart this controller fetched last. A controller installs one chart version, so this is
+/// the chart nearly every reconcile needs: while the definition reports the same archive
+/// digest, it is used as it is, with no credentials read, no archive parsed and no schema
+/// compiled again.
 #[derive(Default)]
-pub(super) struct LastChart(Mutex<Option<Arc<Fetched>>>);
+pub(super) struct LastChart(Mutex<Option<Arc<Chart>>>);
 
 impl LastChart {
     /// The remembered chart, if it is `version` with `digest` and its archive (what Helm is
     /// given) is still on disk.
-    fn get(&self, version: &str, digest: &str) -> Option<Arc<Fetched>> {
+    fn get(&self, version: &str, digest: &str) -> Option<Arc<Chart>> {
         let last = self.0.lock().ok()?.clone()?;
-        let same = last.version == version && last.digest == digest;
-        (same && last.archive_path.is_file()).then_some(last)
+        let fetched = &last.fetched;
+        let same = fetched.version == version && fetched.digest == digest;
+        (same && fetched.archive_path.is_file()).then_some(last)
     }
 
-    fn remember(&self, fetched: &Arc<Fetched>) {
+    fn remember(&self, fetched: &Arc<Chart>) {
         if let Ok(mut last) = self.0.lock() {
             *last = Some(fetched.clone());
         }
@@ -106,7 +129,7 @@ impl LastChart {
 pub(super) async fn fetch_chart(
     definition: &CompositionDefinition,
     context: &Context,
-) -> Result<Arc<Fetched>, Error> {
+) -> Result<Arc<Chart>, Error> {
     let mine = &context.config.version;
     let status = definition.status.as_ref();
     let chart_version = status
@@ -129,16 +152,16 @@ pub(super) async fn fetch_chart(
     let mut reference =
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
     reference.version = Some(chart_version);
-    let fetched = Arc::new(chart::fetch(&reference, &context.cache).await?);
-    context.last_chart.remember(&fetched);
-    Ok(fetched)
+    let fetched = chart::fetch(&reference, &context.cache).await?;
+    let chart = Arc::new(Chart::new(fetched)?);
+    context.last_chart.remember(&chart);
+    Ok(chart)
 }
 
 /// The composition's values, refused with every path that breaks the chart's schema.
-pub(super) fn checked_values(object: &DynamicObject, chart: &Fetched) -> Result<Value, Error> {
+pub(super) fn checked_values(object: &DynamicObject, chart: &Chart) -> Result<Value, Error> {
     let values = values_of(object.data.get("spec"));
-    let violations =
-        schema::validate_package(&merged_over(&chart.package.values, &values), &chart.package)?;
+    let violations = chart.violations(&values);
     if !violations.is_empty() {
         let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
         return Err(Error::InvalidValues(listed.join("; ")));

@@ -386,7 +386,7 @@ async fn install(
     let outcomes = futures::future::join_all(
         targets
             .iter()
-            .map(|target| release_on(object, context, &chart, &values, target, &shared)),
+            .map(|target| release_on(object, context, &chart.fetched, &values, target, &shared)),
     )
     .await;
     drop(shared);

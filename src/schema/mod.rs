@@ -22,7 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSche
 use serde_json::{Map, Value};
 
 pub use structural::structural_problems;
-pub use validate::{Violation, validate, validate_package};
+pub use validate::{PackageValidator, Violation, validate, validate_package};
 pub use warning::Warning;
 
 use crate::chart::{ChartType, Package};

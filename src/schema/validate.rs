@@ -37,30 +37,61 @@ pub fn validate(values: &Value, schema: &Value) -> Result<Vec<Violation>, Error>
 /// (under its alias or name) against that subchart's schema, recursively. References to
 /// `charts/<name>/values.schema.json` resolve to the subcharts in the package.
 pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violation>, Error> {
-    let mut out = match &package.schema {
-        Some(schema) => validate_with(values, schema, SubchartSchemas::of(package))?,
-        None => Vec::new(),
-    };
-    for sub in &package.subcharts {
-        let key = package
-            .metadata
-            .dependencies
-            .iter()
-            .find(|d| d.name == sub.metadata.name)
-            .map_or(sub.metadata.name.as_str(), |d| d.values_key());
-        let Some(sub_values) = values.get(key) else {
-            continue;
+    Ok(PackageValidator::new(package)?.validate(values))
+}
+
+/// A chart's schemas compiled once, for every composition's values: compiling (its regular
+/// expressions above all) costs far more than validating.
+pub struct PackageValidator {
+    own: Option<jsonschema::Validator>,
+    /// Each subchart's, with the key of its values.
+    subcharts: Vec<(String, PackageValidator)>,
+}
+
+impl PackageValidator {
+    /// Compiles the schemas of `package` and its subcharts.
+    pub fn new(package: &Package) -> Result<Self, Error> {
+        let own = match &package.schema {
+            Some(schema) => Some(compile(schema, SubchartSchemas::of(package))?),
+            None => None,
         };
-        for v in validate_package(sub_values, sub)? {
-            let path = if v.path.is_empty() {
-                key.to_owned()
-            } else {
-                format!("{key}.{}", v.path)
-            };
-            out.push(Violation { path, ..v });
-        }
+        let subcharts = package
+            .subcharts
+            .iter()
+            .map(|sub| {
+                let key = package
+                    .metadata
+                    .dependencies
+                    .iter()
+                    .find(|d| d.name == sub.metadata.name)
+                    .map_or(sub.metadata.name.as_str(), |d| d.values_key());
+                Ok((key.to_owned(), PackageValidator::new(sub)?))
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(PackageValidator { own, subcharts })
     }
-    Ok(out)
+
+    /// Every way `values` break the schemas, as [`validate_package`] says.
+    pub fn validate(&self, values: &Value) -> Vec<Violation> {
+        let mut out = match &self.own {
+            Some(validator) => violations(validator, values),
+            None => Vec::new(),
+        };
+        for (key, sub) in &self.subcharts {
+            let Some(sub_values) = values.get(key) else {
+                continue;
+            };
+            for v in sub.validate(sub_values) {
+                let path = if v.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{key}.{}", v.path)
+                };
+                out.push(Violation { path, ..v });
+            }
+        }
+        out
+    }
 }
 
 fn validate_with(
@@ -68,19 +99,26 @@ fn validate_with(
     schema: &Value,
     subcharts: SubchartSchemas,
 ) -> Result<Vec<Violation>, Error> {
-    let validator = jsonschema::options()
+    Ok(violations(&compile(schema, subcharts)?, values))
+}
+
+fn compile(schema: &Value, subcharts: SubchartSchemas) -> Result<jsonschema::Validator, Error> {
+    jsonschema::options()
         .with_retriever(subcharts)
         .build(schema)
         .map_err(|e| Error::InvalidSchema {
             message: e.masked().to_string(),
-        })?;
-    Ok(validator
+        })
+}
+
+fn violations(validator: &jsonschema::Validator, values: &Value) -> Vec<Violation> {
+    validator
         .iter_errors(values)
         .map(|e| Violation {
             path: dotted(e.instance_path().as_str()),
             message: e.masked().to_string(),
         })
-        .collect())
+        .collect()
 }
 
 /// Serves the schemas of a package's subcharts to `$ref`s; never fetches anything.
