@@ -30,9 +30,22 @@ enum Command {
     PostRender(PostRenderArgs),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    // Before any thread allocates, so that every one shares the few arenas it allows.
+    compositor::runtime::tune_allocator();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(Cli::parse())),
+        Err(error) => {
+            eprintln!("compositor: cannot start the runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     compositor::runtime::init_tls();
     let result = match cli.command {
         Command::Version => {

@@ -757,6 +757,25 @@ pub async fn wait_definition(
     }
 }
 
+/// Waits until the API server answers a listing of `api`'s kind; how long that took. The
+/// kind of a CRD just established is answered only once the API server has set up its storage
+/// and watch cache (about 2 s here, with 429s meanwhile, and writes held). That happens once per
+/// CRD version, before any composition could be installed, so the benches time it apart.
+pub async fn wait_served(api: &Api<DynamicObject>) -> Result<Duration, Error> {
+    let start = Instant::now();
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(start.elapsed()),
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 429) => {}
+            Err(error) => return Err(error.into()),
+        }
+        if start.elapsed() > DEFINITION_LIMIT {
+            return Err(format!("the kind was not served after {DEFINITION_LIMIT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Clock ticks per second of `/proc/PID/stat` (`getconf CLK_TCK`, 100 on Linux).
 const CLOCK_TICKS: f64 = 100.0;
 

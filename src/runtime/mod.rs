@@ -2,6 +2,7 @@
 //! election, a fair share of the workers, the health and metrics server, and shutdown on a
 //! signal.
 
+mod allocator;
 mod client;
 mod fair;
 pub mod leader;
@@ -10,6 +11,7 @@ mod metrics;
 mod phases;
 mod text;
 
+pub use allocator::tune_allocator;
 pub use client::{NO_RESPONSE, Target, client, cluster_client};
 pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
