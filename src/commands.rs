@@ -217,6 +217,7 @@ const DEFAULT_CLUSTERS_NAMESPACE: &str = "compositor-system";
 /// `compositor run`: the operator.
 pub async fn run(args: RunArgs) -> Result<(), CommandError> {
     runtime::init_logging(args.log_format, args.debug);
+    runtime::spawn_trimming();
     let metrics = Arc::new(Metrics::default());
     let engine = helm::Engine::locate(
         args.helm,
@@ -408,6 +409,7 @@ fn parse_definition(text: &str) -> Result<(String, String), String> {
 /// `compositor controller`: the controller of one definition version.
 pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
     runtime::init_logging(args.log_format, args.debug);
+    runtime::spawn_trimming();
     let metrics = Arc::new(Metrics::default());
     let engine = helm::Engine::locate(
         args.helm,

@@ -11,7 +11,7 @@ mod metrics;
 mod phases;
 mod text;
 
-pub use allocator::tune_allocator;
+pub use allocator::{spawn_trimming, tune_allocator};
 pub use client::{NO_RESPONSE, Target, client, cluster_client};
 pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
