@@ -24,6 +24,7 @@ mod manifest;
 mod post_render;
 mod release;
 mod storage;
+mod workspace;
 
 pub use manifest::{
     ManifestError, RenderedDocument, RenderedObject, parse_documents, parse_manifest,
@@ -32,8 +33,9 @@ pub use post_render::{Gate, PostRenderer, Request, SUBCOMMAND as POST_RENDER, Ti
 pub use release::{Release, ReleaseStatus, Revision};
 pub use storage::latest_record;
 
+use workspace::{Args, PLUGINS, Workspace, post_renderer_args};
+
 use std::ffi::OsStr;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
@@ -439,97 +441,6 @@ impl Engine {
     }
 }
 
-/// A private directory (mode 0700) holding one call's values, kubeconfig and Helm state.
-struct Workspace {
-    dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    fn new(verb: &'static str) -> Result<Self, Error> {
-        let dir = tempfile::Builder::new()
-            .prefix("compositor-helm-")
-            .tempdir()
-            .map_err(|source| Error::Spawn { verb, source })?;
-        Ok(Workspace { dir })
-    }
-
-    /// A workspace holding the target's kubeconfig, where helm's `KUBECONFIG` points.
-    fn for_target(verb: &'static str, target: &Target) -> Result<Self, Error> {
-        let workspace = Workspace::new(verb)?;
-        workspace.write("kubeconfig", &target.kubeconfig)?;
-        Ok(workspace)
-    }
-
-    /// Writes a file readable by the owner only; `name` may have folders, which are made.
-    fn write(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = self.dir.path().join(name);
-        if let Some(folder) = path.parent() {
-            std::fs::create_dir_all(folder).map_err(|source| Error::Spawn {
-                verb: "write",
-                source,
-            })?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut file| file.write_all(content).map(|()| file))
-            .map_err(|source| Error::Spawn {
-                verb: "write",
-                source,
-            })?;
-        file.flush().map_err(|source| Error::Spawn {
-            verb: "write",
-            source,
-        })?;
-        Ok(path)
-    }
-}
-
-/// Where a workspace keeps Helm's plugins (`HELM_PLUGINS`).
-const PLUGINS: &str = "plugins";
-
-/// Makes Helm run `renderer` on the rendered manifest: Helm 4 runs post-renderers as plugins
-/// (one is written into the workspace), Helm 3 runs the executable itself.
-fn post_renderer_args(
-    workspace: &Workspace,
-    args: &mut Args,
-    renderer: &PostRenderer,
-    helm_4: bool,
-) -> Result<(), Error> {
-    if helm_4 {
-        let plugin = format!("{PLUGINS}/{}/plugin.yaml", post_render::PLUGIN);
-        workspace.write(&plugin, post_render::plugin_manifest(renderer).as_bytes())?;
-        args.flag("--post-renderer", post_render::PLUGIN);
-    } else {
-        args.flag("--post-renderer", &renderer.command);
-    }
-    for arg in &renderer.args {
-        args.flag("--post-renderer-args", arg);
-    }
-    Ok(())
-}
-
-/// A helm command line.
-struct Args(Vec<std::ffi::OsString>);
-
-impl Args {
-    fn new(words: &[&str]) -> Self {
-        Args(words.iter().map(Into::into).collect())
-    }
-
-    fn push(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
-        self.0.push(arg.as_ref().to_os_string());
-        self
-    }
-
-    fn flag(&mut self, name: &str, value: impl AsRef<OsStr>) -> &mut Self {
-        self.push(name).push(value)
-    }
-}
-
 impl Error {
     /// Whether Helm stopped at rendering the chart: a template that does not parse, a failed
     /// `fail` or `required`, a function call that failed, or output that is not YAML.
@@ -584,86 +495,4 @@ fn shorten(stderr: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_lose_the_prefix_and_stay_short() {
-        assert_eq!(shorten("Error: chart not found\n"), "chart not found");
-        let long = "é".repeat(MESSAGE_LIMIT);
-        let short = shorten(&long);
-        assert!(short.len() <= MESSAGE_LIMIT + '…'.len_utf8());
-        assert!(short.ends_with('…'));
-    }
-
-    #[test]
-    fn render_failures_are_told_from_other_failures() {
-        let failed = |message: &str| Error::Failed {
-            verb: "upgrade",
-            message: message.into(),
-        };
-        for rendering in [
-            "execution error at (rf/templates/a.yaml:1:3): size is required",
-            "parse error at (rf/templates/b.yaml:1): unexpected \"}\" in operand",
-            "template: rf/templates/a.yaml:3:4: executing \"rf/templates/a.yaml\" at <x>: nil",
-            "YAML parse error on rf/templates/a.yaml: error converting YAML to JSON",
-        ] {
-            assert!(failed(rendering).is_render_failure(), "{rendering}");
-        }
-        for writing in [
-            "Kubernetes cluster unreachable: connection refused",
-            "failed to create resource: configmaps is forbidden",
-        ] {
-            assert!(!failed(writing).is_render_failure(), "{writing}");
-        }
-        let records = "query: failed to query with labels: secrets is forbidden: User \"x\" \
-                       cannot list resource \"secrets\" in API group \"\" in the namespace \"a\"";
-        assert!(failed(records).is_records_forbidden());
-        assert!(
-            !failed("failed to create resource: configmaps is forbidden").is_records_forbidden()
-        );
-    }
-
-    #[test]
-    fn server_side_is_a_helm_4_flag() {
-        assert!(knows_server_side("v4.3.1+gc0d08d0"));
-        assert!(knows_server_side("v10.0.0"));
-        assert!(!knows_server_side("v3.19.0+g3d8990f\n"));
-        assert!(knows_server_side("dev"));
-    }
-
-    #[test]
-    fn a_missing_release_is_recognised_in_every_form() {
-        let failed = |message: &str| Error::Failed {
-            verb: "status",
-            message: message.into(),
-        };
-        assert!(failed("release: not found").is_release_not_found());
-        assert!(
-            failed("uninstall: Release not loaded: r1: release: not found").is_release_not_found()
-        );
-        assert!(!failed("chart not found").is_release_not_found());
-    }
-
-    #[test]
-    fn helm_gives_up_before_the_engine_kills_it() {
-        let engine = Engine {
-            binary: "helm".into(),
-            timeout: Duration::from_secs(60),
-            metrics: Arc::default(),
-            server_side: true,
-            knows_server_side: Arc::default(),
-        };
-        assert_eq!(engine.helm_timeout(), "54000ms");
-    }
-
-    #[test]
-    fn a_target_does_not_print_its_kubeconfig() {
-        let target = Target::new("token: s3cret", "team-a");
-        let printed = format!("{target:?}");
-        assert!(
-            !printed.contains("s3cret") && printed.contains("team-a"),
-            "{printed}"
-        );
-    }
-}
+mod tests;

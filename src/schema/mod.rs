@@ -103,12 +103,7 @@ pub fn convert(
 fn effective_values(package: &Package) -> Value {
     let mut values = package.values.clone();
     for sub in &package.subcharts {
-        let key = package
-            .metadata
-            .dependencies
-            .iter()
-            .find(|d| d.name == sub.metadata.name)
-            .map_or(sub.metadata.name.as_str(), |d| d.values_key());
+        let key = package.values_key_of(sub);
         if let Some(map) = values.as_object_mut() {
             let parent = map.remove(key).unwrap_or(Value::Null);
             map.insert(key.to_owned(), coalesce(&effective_values(sub), parent));

@@ -59,13 +59,10 @@ impl PackageValidator {
             .subcharts
             .iter()
             .map(|sub| {
-                let key = package
-                    .metadata
-                    .dependencies
-                    .iter()
-                    .find(|d| d.name == sub.metadata.name)
-                    .map_or(sub.metadata.name.as_str(), |d| d.values_key());
-                Ok((key.to_owned(), PackageValidator::new(sub)?))
+                Ok((
+                    package.values_key_of(sub).to_owned(),
+                    PackageValidator::new(sub)?,
+                ))
             })
             .collect::<Result<_, Error>>()?;
         Ok(PackageValidator { own, subcharts })

@@ -1,0 +1,77 @@
+use super::*;
+
+#[test]
+fn messages_lose_the_prefix_and_stay_short() {
+    assert_eq!(shorten("Error: chart not found\n"), "chart not found");
+    let long = "é".repeat(MESSAGE_LIMIT);
+    let short = shorten(&long);
+    assert!(short.len() <= MESSAGE_LIMIT + '…'.len_utf8());
+    assert!(short.ends_with('…'));
+}
+
+#[test]
+fn render_failures_are_told_from_other_failures() {
+    let failed = |message: &str| Error::Failed {
+        verb: "upgrade",
+        message: message.into(),
+    };
+    for rendering in [
+        "execution error at (rf/templates/a.yaml:1:3): size is required",
+        "parse error at (rf/templates/b.yaml:1): unexpected \"}\" in operand",
+        "template: rf/templates/a.yaml:3:4: executing \"rf/templates/a.yaml\" at <x>: nil",
+        "YAML parse error on rf/templates/a.yaml: error converting YAML to JSON",
+    ] {
+        assert!(failed(rendering).is_render_failure(), "{rendering}");
+    }
+    for writing in [
+        "Kubernetes cluster unreachable: connection refused",
+        "failed to create resource: configmaps is forbidden",
+    ] {
+        assert!(!failed(writing).is_render_failure(), "{writing}");
+    }
+    let records = "query: failed to query with labels: secrets is forbidden: User \"x\" \
+                   cannot list resource \"secrets\" in API group \"\" in the namespace \"a\"";
+    assert!(failed(records).is_records_forbidden());
+    assert!(!failed("failed to create resource: configmaps is forbidden").is_records_forbidden());
+}
+
+#[test]
+fn server_side_is_a_helm_4_flag() {
+    assert!(knows_server_side("v4.3.1+gc0d08d0"));
+    assert!(knows_server_side("v10.0.0"));
+    assert!(!knows_server_side("v3.19.0+g3d8990f\n"));
+    assert!(knows_server_side("dev"));
+}
+
+#[test]
+fn a_missing_release_is_recognised_in_every_form() {
+    let failed = |message: &str| Error::Failed {
+        verb: "status",
+        message: message.into(),
+    };
+    assert!(failed("release: not found").is_release_not_found());
+    assert!(failed("uninstall: Release not loaded: r1: release: not found").is_release_not_found());
+    assert!(!failed("chart not found").is_release_not_found());
+}
+
+#[test]
+fn helm_gives_up_before_the_engine_kills_it() {
+    let engine = Engine {
+        binary: "helm".into(),
+        timeout: Duration::from_secs(60),
+        metrics: Arc::default(),
+        server_side: true,
+        knows_server_side: Arc::default(),
+    };
+    assert_eq!(engine.helm_timeout(), "54000ms");
+}
+
+#[test]
+fn a_target_does_not_print_its_kubeconfig() {
+    let target = Target::new("token: s3cret", "team-a");
+    let printed = format!("{target:?}");
+    assert!(
+        !printed.contains("s3cret") && printed.contains("team-a"),
+        "{printed}"
+    );
+}
