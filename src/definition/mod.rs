@@ -9,12 +9,17 @@
 mod cleanup;
 mod crds;
 mod grants;
+mod inputs;
 mod moves;
 mod objects;
 mod permissions;
 mod report;
 mod watch;
 
+use inputs::{
+    build_options, chart_footprint, fetch, name_overrides, namespace_of, referenced_config_maps,
+    referenced_secrets,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,8 +46,8 @@ use crate::api::{
 use crate::bundle::{
     self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
 };
-use crate::chart::{self, Cache, Fetched};
-use crate::crd::{self, BuildOptions, NameOverrides, Names};
+use crate::chart::{self, Cache};
+use crate::crd::{self, Names};
 use crate::helm;
 use crate::runtime::{Metrics, ReconcileOutcome};
 
@@ -666,92 +671,4 @@ async fn follow_current_version(
     // The watch must not read through a version about to go.
     context.move_watch(definition, names, current);
     moves::retire_versions(&context.client, names, current, live_crd).await
-}
-
-async fn fetch(
-    definition: &CompositionDefinition,
-    context: &Context,
-    version: Option<String>,
-) -> Result<Fetched, Error> {
-    let policy = chart::credentials::RefPolicy {
-        namespace: definition.namespace().unwrap_or_default(),
-        allow_cross_namespace: context.config.allow_cross_namespace_refs,
-    };
-    let mut reference =
-        chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
-    reference.version = version;
-    Ok(chart::fetch(&reference, &context.cache).await?)
-}
-
-/// The Secrets the chart source names, as (namespace, name).
-fn referenced_secrets(
-    definition: &CompositionDefinition,
-    context: &Context,
-) -> Result<BTreeSet<(String, String)>, Error> {
-    let policy = chart::credentials::RefPolicy {
-        namespace: namespace_of(definition),
-        allow_cross_namespace: context.config.allow_cross_namespace_refs,
-    };
-    let secrets = chart::credentials::referenced_secrets(&policy, &definition.spec.chart)?;
-    Ok(secrets.into_iter().collect())
-}
-
-/// The CA bundle ConfigMap the chart source names, if any, as (namespace, name): a bundle of
-/// unspecified kind may be either, so it counts as both.
-fn referenced_config_maps(definition: &CompositionDefinition) -> BTreeSet<(String, String)> {
-    definition
-        .spec
-        .chart
-        .ca_bundle_ref
-        .iter()
-        .filter(|r| r.kind != Some(chart::credentials::CaBundleKind::Secret))
-        .map(|r| {
-            let namespace = r.namespace.clone();
-            (
-                namespace.unwrap_or_else(|| namespace_of(definition)),
-                r.name.clone(),
-            )
-        })
-        .collect()
-}
-
-async fn chart_footprint(context: &Context, fetched: &Fetched) -> permissions::ChartFootprint {
-    if let Some(known) = context.footprints.lock().await.get(&fetched.digest) {
-        return known.clone();
-    }
-    let footprint = permissions::footprint_of(&context.client, &context.helm, fetched).await;
-    if !footprint.incomplete() {
-        context
-            .footprints
-            .lock()
-            .await
-            .insert(fetched.digest.clone(), footprint.clone());
-    }
-    footprint
-}
-
-fn namespace_of(definition: &CompositionDefinition) -> String {
-    definition.namespace().unwrap_or_default()
-}
-
-fn name_overrides(definition: &CompositionDefinition) -> NameOverrides {
-    let names = definition.spec.names.clone().unwrap_or_default();
-    NameOverrides {
-        group: names.group,
-        kind: names.kind,
-        plural: names.plural,
-        short_names: names.short_names,
-    }
-}
-
-fn build_options(definition: &CompositionDefinition) -> BuildOptions {
-    BuildOptions {
-        names: name_overrides(definition),
-        convert: crate::schema::ConvertOptions {
-            apply_defaults: definition.spec.schema.apply_defaults,
-        },
-        // Remote placements let a composition name its cluster.
-        cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
-        ..BuildOptions::default()
-    }
 }
