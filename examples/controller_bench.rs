@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use bench_support::{
@@ -82,14 +82,10 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         .await?;
     wait_definition(bed, &operator, &namespace, &group).await?;
     let operator_idle = operator.memory()?;
-    let cache = bed.scratch("controller-cache");
-    let cache = cache.to_str().ok_or("cache path is not UTF-8")?;
-    let extra = ["--workers", WORKERS, "--cache-dir", cache];
-    let mut controller = bed.run_deployment(&namespace, CONTROLLER, &extra).await?;
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, VERSION, KIND), PLURAL);
-    let compositions =
-        Api::<DynamicObject>::namespaced_with(bed.client.clone(), &namespace, &resource);
+    let gvk = GroupVersionKind::gvk(&group, VERSION, KIND);
+    let (mut controller, compositions) = bed
+        .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
+        .await?;
     let served = bench_support::warm_up(&compositions, &composition(&group, 0)?).await?;
     let apply = create_all(
         bed,

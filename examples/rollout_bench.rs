@@ -46,7 +46,7 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -106,15 +106,13 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         )
         .await?;
     wait_definition(bed, &operator, &namespace, &group).await?;
-    let cache = bed.scratch("controller-cache");
-    let cache = cache.to_str().ok_or("cache path is not UTF-8")?;
-    let extra = ["--workers", WORKERS, "--cache-dir", cache];
-    let mut controller = bed.run_deployment(&namespace, CONTROLLER, &extra).await?;
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, VERSION, KIND), PLURAL);
+    let gvk = GroupVersionKind::gvk(&group, VERSION, KIND);
+    let (mut controller, compositions) = bed
+        .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
+        .await?;
     let bench = Bench {
         bed,
-        compositions: Api::namespaced_with(bed.client.clone(), &namespace, &resource),
+        compositions,
         api_version: format!("{group}/{VERSION}"),
     };
     let sample = serde_json::from_value(json!({

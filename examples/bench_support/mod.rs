@@ -269,6 +269,25 @@ impl TestBed {
         Ok(operator)
     }
 
+    /// Runs `controller`, the Deployment in `namespace` of the definition version serving
+    /// `gvk` (plural `plural`), as [`TestBed::run_deployment`] does, with `--workers`
+    /// [`WORKERS`] and an empty chart cache; and the API of its compositions in `namespace`.
+    pub async fn start_controller(
+        &self,
+        namespace: &str,
+        controller: &str,
+        gvk: &kube::core::GroupVersionKind,
+        plural: &str,
+    ) -> Result<(Process, Api<DynamicObject>), Error> {
+        let cache = self.scratch("controller-cache");
+        let cache = cache.to_str().ok_or("cache path is not UTF-8")?;
+        let extra = ["--workers", WORKERS, "--cache-dir", cache];
+        let controller = self.run_deployment(namespace, controller, &extra).await?;
+        let resource = kube::core::ApiResource::from_gvk_with_plural(gvk, plural);
+        let compositions = Api::namespaced_with(self.client.clone(), namespace, &resource);
+        Ok((controller, compositions))
+    }
+
     /// Runs controller Deployment `name` of `namespace` as a kubelet would: its arguments, plus
     /// `extra`, with a token of its ServiceAccount in a kubeconfig of its own (so it has exactly
     /// the RBAC the operator gave it); returns once its `/readyz` answers.
@@ -789,16 +808,23 @@ const CLOCK_TICKS: f64 = 100.0;
 /// CPU seconds (user and system) process `pid` (or `self`) and the children it has waited for
 /// used, from `/proc/PID/stat`.
 pub fn cpu_seconds(pid: &str) -> Result<f64, Error> {
+    // utime, stime, cutime and cstime.
+    stat_seconds(pid, 14..18)
+}
+
+/// The sum of fields `fields` (numbered as in stat(5), from 1) of `/proc/PID/stat`, clock ticks
+/// in seconds.
+fn stat_seconds(pid: &str, fields: std::ops::Range<usize>) -> Result<f64, Error> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path)?;
-    // The fields after the command name, which is in parentheses and may hold anything.
-    let fields: Vec<&str> = stat
+    // The fields after the command name (field 2, in parentheses, may hold anything); the state
+    // is field 3.
+    let after_command: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    // utime, stime, cutime and cstime: fields 14 to 17 of stat(5), the state being field 3.
-    let ticks = fields
-        .get(11..15)
+    let ticks = after_command
+        .get(fields.start - 3..fields.end - 3)
         .ok_or_else(|| format!("{path} is too short"))?
         .iter()
         .map(|field| field.parse::<f64>())
@@ -827,18 +853,8 @@ impl BedCpu {
             let pid = std::fs::read_to_string(dir.join(name))?;
             cpu_seconds(pid.trim())
         };
-        let own = std::fs::read_to_string("/proc/self/stat")?;
-        let children = own
-            .rsplit_once(')')
-            .map(|(_, rest)| {
-                rest.split_whitespace()
-                    .skip(13)
-                    .take(2)
-                    .filter_map(|f| f.parse::<f64>().ok())
-                    .sum::<f64>()
-            })
-            .unwrap_or_default()
-            / CLOCK_TICKS;
+        // cutime and cstime.
+        let children = stat_seconds("self", 16..18)?;
         Ok(BedCpu {
             apiserver: of("kube-apiserver")?,
             etcd: of("etcd")?,
