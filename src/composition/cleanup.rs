@@ -8,12 +8,12 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::runtime::events::EventType;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 
 use super::placement::{self, LOCAL_CLUSTER, Target};
 use super::reach::Reach;

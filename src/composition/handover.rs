@@ -4,10 +4,10 @@
 //! and it hands back a composition its owner moved to it whose values its chart refuses, so
 //! the release is neither touched nor left without a controller.
 
+use crate::runtime::events::EventType;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::inputs::fetch_chart;

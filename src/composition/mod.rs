@@ -31,10 +31,10 @@ pub use watch::run;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::runtime::events::{Recorder, Reporter};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Client, ResourceExt};
 use serde_json::json;

@@ -14,10 +14,10 @@
 use std::pin::pin;
 use std::time::Duration;
 
+use crate::runtime::events::EventType;
 use futures::future::{self, Either};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use super::placement::Target;

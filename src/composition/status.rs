@@ -2,12 +2,12 @@
 //! `status.clusters`, summarized into the phase and the kstatus conditions (Ready, plus Stalled
 //! or Reconciling). The status is written by server-side apply, and only when it changed.
 
+use crate::runtime::events::EventType;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -282,8 +282,7 @@ async fn publish_transition(
     .await;
 }
 
-/// Publishes an event on `object`; its note is cut to the 1,000 characters an event allows. A
-/// failure is logged: an event is never worth failing a reconcile for.
+/// Publishes an event on `object` (see [`crate::runtime::events::Recorder::publish`]).
 pub(super) async fn publish(
     context: &Context,
     object: &DynamicObject,
@@ -292,7 +291,10 @@ pub(super) async fn publish(
     note: &str,
 ) {
     let reference = object.object_ref(&context.resource);
-    crate::runtime::publish_event(&context.recorder, &reference, type_, reason, note).await;
+    context
+        .recorder
+        .publish(&reference, type_, reason, note)
+        .await;
 }
 
 #[cfg(test)]

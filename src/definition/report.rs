@@ -1,8 +1,8 @@
 //! What the operator reports of a definition: its status, written by server-side apply, and
 //! events on transitions only.
 
+use crate::runtime::events::EventType;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -92,5 +92,8 @@ async fn publish(
     note: String,
 ) {
     let reference = definition.object_ref(&());
-    crate::runtime::publish_event(&context.recorder, &reference, type_, reason, &note).await;
+    context
+        .recorder
+        .publish(&reference, type_, reason, &note)
+        .await;
 }

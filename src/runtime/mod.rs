@@ -4,6 +4,7 @@
 
 mod allocator;
 mod client;
+pub mod events;
 mod fair;
 pub mod leader;
 mod lifecycle;
@@ -44,27 +45,6 @@ pub fn watch_backoff() -> impl Backoff {
         .with_jitter()
         .without_max_times();
     ResetTimerBackoff::new(ExponentialBackoff::from(attempts), Duration::from_secs(120))
-}
-
-/// Publishes an event about `object` with `note` (cut to the 1,000 characters Kubernetes keeps);
-/// a failure is logged, never the reconcile's.
-pub async fn publish_event(
-    recorder: &kube::runtime::events::Recorder,
-    object: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: kube::runtime::events::EventType,
-    reason: &str,
-    note: &str,
-) {
-    let event = kube::runtime::events::Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, object).await {
-        tracing::warn!(%error, "cannot publish event");
-    }
 }
 
 /// How log lines are written.
