@@ -22,6 +22,7 @@ mod release;
 mod status;
 mod values;
 mod watch;
+mod watched;
 
 pub use error::{Error, HelmStep};
 pub use kubeconfig::kubeconfig_for;
@@ -36,7 +37,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
@@ -214,10 +215,10 @@ async fn discover(
 
 /// One reconcile, timed and counted.
 #[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
-async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(object: Arc<watched::Watched>, context: Arc<Context>) -> Result<Action, Error> {
     let _worker = context
         .workers
-        .enter(object.metadata.namespace.as_deref().unwrap_or_default())
+        .enter(object.meta().namespace.as_deref().unwrap_or_default())
         .await;
     let started = Instant::now();
     let uid = object.uid().unwrap_or_default();
@@ -236,7 +237,10 @@ async fn reconcile(object: Arc<DynamicObject>, context: Arc<Context>) -> Result<
 
 /// Reads the composition fresh, then: is it this version's, should it move, is it paused; if
 /// none of these stops it, the finalizer decides between apply and cleanup.
-async fn reconcile_inner(cached: Arc<DynamicObject>, context: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    cached: Arc<watched::Watched>,
+    context: &Context,
+) -> Result<Action, Error> {
     let namespace = cached.namespace().unwrap_or_default();
     let api = Api::<DynamicObject>::namespaced_with(
         context.client.clone(),

@@ -17,7 +17,7 @@ pub use client::{NO_RESPONSE, Target, client, cluster_client};
 pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
 pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};
-pub use phases::{composition_phase, definition_phase};
+pub use phases::definition_phase;
 pub use text::{error_message, shorten};
 
 use std::net::SocketAddr;
