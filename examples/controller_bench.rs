@@ -20,7 +20,8 @@
 //!   `uninstall`) and API writes that follow, from the controller's metrics, should be none;
 //! - API requests per composition, by verb and resource, from the controller's
 //!   `compositor_api_requests_total`, for the apply and the idle resync;
-//! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end;
+//! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end (split into
+//!   mapped files, above all its code, and heap), against goals at 1,000 compositions;
 //! - CPU seconds of the API server and etcd, and of the controller (with its Helm processes) and
 //!   the operator during the apply, or of the `helm` processes during the baseline: where the
 //!   time goes on a machine whose cores are the limit.
@@ -38,8 +39,8 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use bench_support::{
-    BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, PLURAL, Process, Samples,
-    TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
+    BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, Memory, PLURAL, Process,
+    Samples, TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
 };
 
 /// Compositions, and baseline releases, unless `BENCH_SCALE` says otherwise.
@@ -57,6 +58,10 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 const WRITES: [&str; 3] = ["upgrade", "rollback", "uninstall"];
 /// The ratio compositor / baseline aimed at.
 const GOAL: f64 = 1.15;
+/// The most the controller and the operator may hold (VmHWM, MiB) with this many compositions.
+const MEMORY_GOAL_SCALE: usize = 1000;
+const CONTROLLER_MEMORY_GOAL: f64 = 25.0;
+const OPERATOR_MEMORY_GOAL: f64 = 30.0;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -138,11 +143,10 @@ struct Figures {
     baseline: Option<(Duration, BedCpu)>,
     resync: Resync,
     records: usize,
-    /// The controller's VmRSS and VmHWM at the end, in MiB.
-    memory: (f64, f64),
-    /// The operator's VmRSS and VmHWM with its definition Ready and nothing else to do, and at
-    /// the end, in MiB.
-    operator_memory: ((f64, f64), (f64, f64)),
+    /// The controller's memory at the end.
+    memory: Memory,
+    /// The operator's memory with its definition Ready and nothing else to do, and at the end.
+    operator_memory: (Memory, Memory),
 }
 
 impl Figures {
@@ -234,11 +238,46 @@ impl Figures {
             "| controller VmRSS after the apply | {:.1} MiB |",
             apply.rss
         );
-        let (rss, hwm) = self.memory;
-        println!("| controller VmRSS / VmHWM at the end | {rss:.1} MiB / {hwm:.1} MiB |");
-        let ((idle, _), (rss, hwm)) = self.operator_memory;
-        println!("| operator VmRSS idle, with its definition Ready | {idle:.1} MiB |");
-        println!("| operator VmRSS / VmHWM at the end | {rss:.1} MiB / {hwm:.1} MiB |");
+        let (controller, (operator_idle, operator)) = (self.memory, self.operator_memory);
+        println!(
+            "| controller VmRSS / VmHWM at the end{} | {:.1} MiB / {:.1} MiB{} (code and other \
+             files {:.1}, heap and stacks {:.1}) |",
+            memory_goal(count, CONTROLLER_MEMORY_GOAL),
+            controller.rss,
+            controller.hwm,
+            memory_met(count, controller.hwm, CONTROLLER_MEMORY_GOAL),
+            controller.file,
+            controller.anon
+        );
+        println!(
+            "| operator VmRSS idle, with its definition Ready | {:.1} MiB |",
+            operator_idle.rss
+        );
+        println!(
+            "| operator VmRSS / VmHWM at the end{} | {:.1} MiB / {:.1} MiB{} |",
+            memory_goal(count, OPERATOR_MEMORY_GOAL),
+            operator.rss,
+            operator.hwm,
+            memory_met(count, operator.hwm, OPERATOR_MEMORY_GOAL),
+        );
+    }
+}
+
+/// The memory goal's text, at the scale it is set for.
+fn memory_goal(count: usize, goal: f64) -> String {
+    if count >= MEMORY_GOAL_SCALE {
+        format!(" (goal: VmHWM ≤ {goal} MiB at {MEMORY_GOAL_SCALE})")
+    } else {
+        String::new()
+    }
+}
+
+/// Whether VmHWM `hwm` met `goal`, at the scale it is set for.
+fn memory_met(count: usize, hwm: f64, goal: f64) -> String {
+    if count >= MEMORY_GOAL_SCALE {
+        format!(" — goal {}", met(hwm <= goal))
+    } else {
+        String::new()
     }
 }
 
@@ -355,7 +394,7 @@ async fn create_all(
         all: times[count - 1],
         calls: delta(&helm_calls(&before), &helm_calls(&after)),
         requests: delta(&api_requests(&before), &api_requests(&after)),
-        rss: controller.memory()?.0,
+        rss: controller.memory()?.rss,
     })
 }
 

@@ -484,6 +484,19 @@ pub fn definition_ready(definition: &CompositionDefinition) -> bool {
     })
 }
 
+/// A process's resident memory, in MiB.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    /// VmRSS: resident now.
+    pub rss: f64,
+    /// VmHWM: the most ever resident.
+    pub hwm: f64,
+    /// RssAnon: of `rss`, the heap and stacks.
+    pub anon: f64,
+    /// RssFile: of `rss`, mapped files, above all the binary's own code.
+    pub file: f64,
+}
+
 /// A compositor process with its output in a log file; stopped when dropped.
 pub struct Process {
     what: &'static str,
@@ -586,8 +599,8 @@ impl Process {
         cpu_seconds(&self.child.id().to_string())
     }
 
-    /// VmRSS and VmHWM in MiB, from `/proc`.
-    pub fn memory(&self) -> Result<(f64, f64), Error> {
+    /// The process's resident memory, from `/proc`.
+    pub fn memory(&self) -> Result<Memory, Error> {
         let path = format!("/proc/{}/status", self.child.id());
         let status = std::fs::read_to_string(&path)?;
         let mib = |field: &str| -> Result<f64, Error> {
@@ -598,7 +611,12 @@ impl Process {
                 .ok_or_else(|| format!("no {field} in {path}"))?;
             Ok(kib / 1024.0)
         };
-        Ok((mib("VmRSS:")?, mib("VmHWM:")?))
+        Ok(Memory {
+            rss: mib("VmRSS:")?,
+            hwm: mib("VmHWM:")?,
+            anon: mib("RssAnon:")?,
+            file: mib("RssFile:")?,
+        })
     }
 
     /// Stops the process as a kubelet would: SIGTERM, then SIGKILL after 10 s.

@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::runtime::events::EventType;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -23,6 +22,7 @@ use super::{Context, Error, HelmStep};
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Placement,
 };
+use crate::runtime::events::EventType;
 
 /// Failed uninstall attempts per (composition UID, cluster), kept in memory: a restart starts
 /// counting again, which still ends.

@@ -4,7 +4,6 @@
 //! and it hands back a composition its owner moved to it whose values its chart refuses, so
 //! the release is neither touched nor left without a controller.
 
-use crate::runtime::events::EventType;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -14,6 +13,7 @@ use super::inputs::fetch_chart;
 use super::status::{publish, status_of};
 use super::{Context, Error, values_of};
 use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, VERSION_LABEL};
+use crate::runtime::events::EventType;
 
 /// A move this controller refuses.
 #[derive(Clone, Debug, PartialEq, Eq)]

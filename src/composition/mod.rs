@@ -32,7 +32,6 @@ pub use watch::run;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::runtime::events::{Recorder, Reporter};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
@@ -45,6 +44,7 @@ use crate::api::{
 };
 use crate::chart::Cache;
 use crate::helm;
+use crate::runtime::events::{Recorder, Reporter};
 use crate::runtime::{Metrics, ReconcileOutcome};
 use release::{Failure, Outcome, Release};
 use status::StatusWriter;

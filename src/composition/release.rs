@@ -14,7 +14,6 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use crate::runtime::events::EventType;
 use futures::future::{self, Either};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
@@ -28,6 +27,7 @@ use crate::api::{ClusterStatus, CompositionChart, Phase, ResourceRef};
 use crate::bundle::TypeRef;
 use crate::chart::Fetched;
 use crate::helm::{self, RenderedDocument, parse_documents};
+use crate::runtime::events::EventType;
 
 /// Helm's latest record of a release: its revision and state.
 type Record = (u64, helm::ReleaseStatus);

@@ -2,7 +2,6 @@
 //! `status.clusters`, summarized into the phase and the kstatus conditions (Ready, plus Stalled
 //! or Reconciling). The status is written by server-side apply, and only when it changed.
 
-use crate::runtime::events::EventType;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -16,6 +15,7 @@ use crate::api::{
     ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef, find_condition,
     remove_condition, set_condition,
 };
+use crate::runtime::events::EventType;
 
 /// Field manager of the controller's writes.
 const FIELD_MANAGER: &str = "compositor-controller";

@@ -24,7 +24,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::runtime::events::{Recorder, Reporter};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -49,6 +48,7 @@ use crate::bundle::{
 use crate::chart::{self, Cache};
 use crate::crd::{self, Names};
 use crate::helm;
+use crate::runtime::events::{Recorder, Reporter};
 use crate::runtime::{Metrics, ReconcileOutcome};
 
 pub use objects::FIELD_MANAGER;

@@ -1,13 +1,13 @@
 //! What the operator reports of a definition: its status, written by server-side apply, and
 //! events on transitions only.
 
-use crate::runtime::events::EventType;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, Error, FIELD_MANAGER};
 use crate::api::{CompositionDefinition, CompositionDefinitionStatus, find_condition};
+use crate::runtime::events::EventType;
 
 /// Writes `status` on the status subresource, as the operator's own.
 pub(super) async fn write_status(
