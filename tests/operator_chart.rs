@@ -85,6 +85,34 @@ fn the_chart_lints_strictly_with_every_optional_part() {
     );
 }
 
+/// The admission policy that bounds the operator's `escalate` and `bind` needs Kubernetes
+/// 1.30: Helm refuses an older cluster before anything is rendered or installed.
+#[test]
+fn the_chart_refuses_a_cluster_without_admission_policies() {
+    let chart = chart_path();
+    let helm = support::Helm::new();
+    let template = |kube_version: &str| {
+        helm.run(
+            &["template", RELEASE, &chart, "--kube-version", kube_version],
+            None,
+        )
+    };
+    let refused = template("1.29.9");
+    assert!(!refused.status.success(), "Kubernetes 1.29 is refused");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(">= 1.30.0-0") && said.contains("v1.29.9"),
+        "the refusal names what the chart needs and what it got: {said}"
+    );
+    let accepted = template("1.30.0");
+    assert!(
+        accepted.status.success(),
+        "Kubernetes 1.30 is accepted: {}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    assert!(String::from_utf8_lossy(&accepted.stdout).contains("kind: ValidatingAdmissionPolicy"));
+}
+
 /// The chart installs the CRDs `compositor crds` prints (the unit test in `src/api` keeps
 /// `crds/` equal to that).
 #[test]
