@@ -2,10 +2,12 @@
 //! a controller bundle per served version, and removes what is no longer used.
 //!
 //! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
-//! into a CRD version and apply the CRD → derive the controller's permissions from the chart →
-//! apply one bundle per served version → delete stale bundles → write status. Deletion of a
-//! definition is `cleanup`'s.
+//! into a CRD version and apply the CRD → derive the controller's permissions from the chart and
+//! apply one bundle per served version, deleting stale ones (`bundles`) → move compositions to
+//! the current version and retire the others (`moves`) → write status. Deletion of a definition
+//! is `cleanup`'s.
 
+mod bundles;
 mod cleanup;
 mod crds;
 mod grants;
@@ -16,10 +18,7 @@ mod permissions;
 mod report;
 mod watch;
 
-use inputs::{
-    build_options, chart_footprint, fetch, name_overrides, namespace_of, referenced_config_maps,
-    referenced_secrets,
-};
+use inputs::{build_options, fetch, name_overrides};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,13 +37,10 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
 use crate::api::{
-    ClusterPlacement, CompositionDefinition, CompositionDefinitionStatus, CrdStatus,
-    DEFINITION_LABEL, DefinitionVersion, FINALIZER, NamespacePlacement, OWNER_ANNOTATION,
-    ResolvedChart, is_paused, set_condition,
+    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, DEFINITION_LABEL, FINALIZER,
+    OWNER_ANNOTATION, ResolvedChart, is_paused, set_condition,
 };
-use crate::bundle::{
-    self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
-};
+use crate::bundle::GeneratedResource;
 use crate::chart::{self, Cache};
 use crate::crd::{self, Names};
 use crate::helm;
@@ -468,9 +464,70 @@ async fn converge(
     context: &Context,
     status: &mut CompositionDefinitionStatus,
 ) -> Result<Action, Error> {
-    let generation = definition.metadata.generation;
-    let spec = &definition.spec;
-    let fetched = fetch(definition, context, spec.chart.version.clone()).await?;
+    let fetched = resolve_chart(definition, context, status).await?;
+    let crd = apply_crd(definition, context, &fetched, status).await?;
+    let names = &crd.names;
+    let current = &crd.resource.version;
+    context.watch_compositions(definition, names, current);
+
+    let compositions = grants::list_compositions(&context.client, names, current).await?;
+    let breaks = moves::breaks_to(&crd.live, current);
+    let served = bundles::apply(
+        definition,
+        context,
+        &crd.resource,
+        &fetched,
+        &status.versions,
+        bundles::Compositions {
+            by_version: &compositions,
+            breaks: &breaks,
+        },
+    )
+    .await?;
+    let moving = follow_current_version(
+        definition,
+        context,
+        names,
+        current,
+        &compositions,
+        &breaks,
+        &crd.live,
+    )
+    .await?;
+
+    let incomplete = !served.warnings.is_empty();
+    let mut warnings = crd.warnings;
+    warnings.extend(served.warnings);
+    warnings.truncate(WARNING_LIMIT);
+    status.warnings = warnings;
+    set_condition(
+        &mut status.conditions,
+        "ControllerReady",
+        true,
+        "BundleApplied",
+        &format!("{} controller(s)", served.versions.len()),
+        definition.metadata.generation,
+    );
+    status.versions = served.versions;
+    // Kinds that discovery does not know yet, or namespaces that do not exist yet, are retried
+    // soon.
+    Ok(if moving {
+        Action::requeue(Duration::from_secs(2))
+    } else if incomplete {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::requeue(context.config.resync)
+    })
+}
+
+/// Fetches the chart the definition names (the ChartResolved step); a chart that creates no
+/// objects is refused, since there would be nothing to install.
+async fn resolve_chart(
+    definition: &CompositionDefinition,
+    context: &Context,
+    status: &mut CompositionDefinitionStatus,
+) -> Result<chart::Fetched, Error> {
+    let fetched = fetch(definition, context, definition.spec.chart.version.clone()).await?;
     if !fetched.package.renders_objects() {
         return Err(Error::Chart(chart::Error::InvalidChart {
             chart: format!("{} {}", fetched.url, fetched.version),
@@ -491,28 +548,51 @@ async fn converge(
         true,
         "ChartResolved",
         &format!("{} {}", fetched.package.name(), fetched.version),
-        generation,
+        definition.metadata.generation,
     );
+    Ok(fetched)
+}
 
+/// The CRD as the current chart version leaves it.
+struct AppliedCrd {
+    names: Names,
+    /// The current version's resource.
+    resource: GeneratedResource,
+    /// The CRD as the API server has it.
+    live: CustomResourceDefinition,
+    /// What the schema conversion lost.
+    warnings: Vec<String>,
+}
+
+/// Builds the chart's CRD version and applies it beside the versions compositions still use
+/// (the CRDReady step); waits until the CRD is established.
+async fn apply_crd(
+    definition: &CompositionDefinition,
+    context: &Context,
+    fetched: &chart::Fetched,
+    status: &mut CompositionDefinitionStatus,
+) -> Result<AppliedCrd, Error> {
     let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
-    let options = build_options(definition);
-    let (version, warnings) = crd::build_version(&fetched.package, &options)?;
-    let current_version = version.name.clone();
+    let (version, warnings) = crd::build_version(&fetched.package, &build_options(definition))?;
+    let resource = GeneratedResource {
+        group: names.group.clone(),
+        version: version.name.clone(),
+        plural: names.plural.clone(),
+    };
     let in_use: BTreeSet<String> = status
         .versions
         .iter()
         .filter(|v| v.compositions > 0)
         .map(|v| v.version.clone())
         .collect();
-    let live_crd =
-        crds::apply_version(&context.client, definition, &names, version, &in_use).await?;
+    let live = crds::apply_version(&context.client, definition, &names, version, &in_use).await?;
     status.crd = Some(CrdStatus {
         name: names.crd_name(),
         kind: names.kind.clone(),
         plural: names.plural.clone(),
         group: names.group.clone(),
-        stored_version: current_version.clone(),
-        served_versions: live_crd
+        stored_version: resource.version.clone(),
+        served_versions: live
             .spec
             .versions
             .iter()
@@ -520,7 +600,7 @@ async fn converge(
             .map(|v| v.name.clone())
             .collect(),
     });
-    if !crds::established(&live_crd) {
+    if !crds::established(&live) {
         return Err(Error::Waiting("CRD to be established"));
     }
     set_condition(
@@ -529,126 +609,13 @@ async fn converge(
         true,
         "Established",
         &names.crd_name(),
-        generation,
+        definition.metadata.generation,
     );
-
-    context.watch_compositions(definition, &names, &current_version);
-
-    // Versions in use: the current one, and every earlier one that compositions still carry.
-    let resource = GeneratedResource {
-        group: names.group.clone(),
-        version: current_version.clone(),
-        plural: names.plural.clone(),
-    };
-    let compositions = grants::list_compositions(&context.client, &names, &current_version).await?;
-    let mut served: Vec<(String, String)> =
-        vec![(current_version.clone(), fetched.version.clone())];
-    for known in &status.versions {
-        if known.version != current_version && compositions.contains_key(&known.version) {
-            served.push((known.version.clone(), known.chart_version.clone()));
-        }
-    }
-
-    let breaks = moves::breaks_to(&live_crd, &current_version);
-    let mut desired_keys = BTreeSet::new();
-    let mut all_warnings: Vec<String> = warnings.iter().map(ToString::to_string).collect();
-    let mut versions = Vec::new();
-    let mut incomplete = false;
-    let placement = spec.placement.namespace;
-    for (version, chart_version) in &served {
-        let chart = if *chart_version == fetched.version {
-            fetched.clone()
-        } else {
-            fetch(definition, context, Some(chart_version.clone())).await?
-        };
-        let footprint = chart_footprint(context, &chart).await;
-        let mut used = compositions.get(version).cloned().unwrap_or_default();
-        let count = used.compositions.len() as i64;
-        if *version == current_version {
-            let arriving = moves::movable(&compositions, &breaks, &current_version);
-            used.compositions.extend(arriving.cloned());
-        }
-        let mut version_warnings = footprint.warnings.clone();
-        if placement == NamespacePlacement::CompositionName {
-            version_warnings
-                .extend(grants::ensure_release_namespaces(&context.client, &used).await);
-        }
-        let controller = ControllerBundle {
-            resource: GeneratedResource {
-                version: version.clone(),
-                ..resource.clone()
-            },
-            chart_version: chart_version.clone(),
-            image: context.config.controller_image.clone(),
-            allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
-            permissions: Permissions {
-                clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
-                    .then(|| context.config.clusters_namespace.clone()),
-                footprint: footprint.footprint.clone(),
-                releases: used.releases(placement),
-                listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
-                owns_namespaces: placement == NamespacePlacement::CompositionName,
-                secrets: referenced_secrets(definition, context)?,
-                config_maps: referenced_config_maps(definition),
-            },
-        };
-        let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-        let objects = bundle.objects().map_err(Error::Bundle)?;
-        desired_keys.extend(objects.iter().map(objects::key));
-        version_warnings.extend(
-            grants::apply_objects(&context.client, objects, &namespace_of(definition)).await?,
-        );
-        incomplete |= !version_warnings.is_empty();
-        all_warnings.extend(version_warnings);
-        versions.push(DefinitionVersion {
-            version: version.clone(),
-            chart_version: chart_version.clone(),
-            controller: controller.name(),
-            compositions: count,
-            compatible: breaks.get(version).is_some_and(Vec::is_empty),
-            breaks: breaks.get(version).cloned().unwrap_or_default(),
-            footprint: Some(footprint.footprint.summary()),
-        });
-    }
-    let selector = format!("{DEFINITION_LABEL}={}", definition_label(definition));
-    objects::delete_stale(
-        &context.client,
-        &bundle::bundle_kinds(),
-        &selector,
-        &desired_keys,
-    )
-    .await
-    .map_err(|e| Error::Kube("delete stale bundles", e))?;
-    let moving = follow_current_version(
-        definition,
-        context,
-        &names,
-        &current_version,
-        &compositions,
-        &breaks,
-        &live_crd,
-    )
-    .await?;
-
-    status.versions = versions;
-    all_warnings.truncate(WARNING_LIMIT);
-    status.warnings = all_warnings;
-    set_condition(
-        &mut status.conditions,
-        "ControllerReady",
-        true,
-        "BundleApplied",
-        &format!("{} controller(s)", served.len()),
-        generation,
-    );
-    // Kinds that discovery does not know yet, or namespaces that do not exist yet, are retried
-    // soon.
-    Ok(if moving {
-        Action::requeue(Duration::from_secs(2))
-    } else if incomplete {
-        Action::requeue(Duration::from_secs(30))
-    } else {
-        Action::requeue(context.config.resync)
+    Ok(AppliedCrd {
+        names,
+        resource,
+        live,
+        warnings: warnings.iter().map(ToString::to_string).collect(),
     })
 }
 

@@ -1,0 +1,172 @@
+//! The controller bundles of a definition: one per served version (the current one, and each
+//! earlier one that compositions still carry), granted what its chart writes where its
+//! compositions' releases go; then every bundle object of the definition no longer desired goes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::grants::{self, VersionUse};
+use super::inputs::{
+    chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
+};
+use super::objects::{self, ObjectKey};
+use super::{Context, Error, moves};
+use crate::api::{
+    ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion,
+    NamespacePlacement, VersionFootprint,
+};
+use crate::bundle::{
+    self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
+};
+use crate::chart::Fetched;
+
+/// What a definition serves once its bundles are applied.
+#[derive(Default)]
+pub(super) struct Served {
+    /// Each served version, current first, for the status.
+    pub versions: Vec<DefinitionVersion>,
+    /// What could not be granted yet (kinds discovery does not know, namespaces that do not
+    /// exist); while there is any, the definition is looked at again soon.
+    pub warnings: Vec<String>,
+}
+
+/// The compositions of a definition, by version, and how each older version's schema breaks
+/// against the current one.
+pub(super) struct Compositions<'a> {
+    /// Every composition by its version label.
+    pub by_version: &'a BTreeMap<String, VersionUse>,
+    /// Per older version, what the current schema refuses of it (empty: compatible).
+    pub breaks: &'a BTreeMap<String, Vec<String>>,
+}
+
+/// Applies the bundle of `current` (chart `fetched`) and of every version in `known` that
+/// compositions still carry, then deletes the definition's bundle objects of any other version.
+pub(super) async fn apply(
+    definition: &CompositionDefinition,
+    context: &Context,
+    current: &GeneratedResource,
+    fetched: &Fetched,
+    known: &[DefinitionVersion],
+    compositions: Compositions<'_>,
+) -> Result<Served, Error> {
+    let mut served = Served::default();
+    let mut desired = BTreeSet::new();
+    for (version, chart_version) in served_versions(current, fetched, known, &compositions) {
+        let chart = if chart_version == fetched.version {
+            fetched.clone()
+        } else {
+            fetch(definition, context, Some(chart_version.clone())).await?
+        };
+        let mut used = compositions
+            .by_version
+            .get(&version)
+            .cloned()
+            .unwrap_or_default();
+        let count = used.compositions.len() as i64;
+        if version == current.version {
+            let arriving = moves::movable(compositions.by_version, compositions.breaks, &version);
+            used.compositions.extend(arriving.cloned());
+        }
+        let resource = GeneratedResource {
+            version: version.clone(),
+            ..current.clone()
+        };
+        let applied =
+            apply_version(definition, context, resource, &chart, &chart_version, &used).await?;
+        desired.extend(applied.keys);
+        served.warnings.extend(applied.warnings);
+        let breaks = compositions.breaks.get(&version);
+        served.versions.push(DefinitionVersion {
+            version,
+            chart_version,
+            controller: applied.controller,
+            compositions: count,
+            compatible: breaks.is_some_and(Vec::is_empty),
+            breaks: breaks.cloned().unwrap_or_default(),
+            footprint: Some(applied.footprint),
+        });
+    }
+    let selector = format!("{DEFINITION_LABEL}={}", definition_label(definition));
+    objects::delete_stale(
+        &context.client,
+        &bundle::bundle_kinds(),
+        &selector,
+        &desired,
+    )
+    .await
+    .map_err(|e| Error::Kube("delete stale bundles", e))?;
+    Ok(served)
+}
+
+/// The versions to serve, with their chart versions: `current`, and every version in `known`
+/// that compositions still carry.
+fn served_versions(
+    current: &GeneratedResource,
+    fetched: &Fetched,
+    known: &[DefinitionVersion],
+    compositions: &Compositions<'_>,
+) -> Vec<(String, String)> {
+    let older = known.iter().filter(|known| {
+        known.version != current.version && compositions.by_version.contains_key(&known.version)
+    });
+    std::iter::once((current.version.clone(), fetched.version.clone()))
+        .chain(older.map(|known| (known.version.clone(), known.chart_version.clone())))
+        .collect()
+}
+
+/// One version's applied bundle.
+struct Applied {
+    /// Its controller's name.
+    controller: String,
+    /// What its chart writes, for the status.
+    footprint: VersionFootprint,
+    /// Its objects.
+    keys: Vec<ObjectKey>,
+    /// What could not be granted yet.
+    warnings: Vec<String>,
+}
+
+/// Applies the bundle of `resource`'s version, chart `chart` at `chart_version`, granted where
+/// the releases of `used` go.
+async fn apply_version(
+    definition: &CompositionDefinition,
+    context: &Context,
+    resource: GeneratedResource,
+    chart: &Fetched,
+    chart_version: &str,
+    used: &VersionUse,
+) -> Result<Applied, Error> {
+    let spec = &definition.spec;
+    let placement = spec.placement.namespace;
+    let footprint = chart_footprint(context, chart).await;
+    let mut warnings = footprint.warnings.clone();
+    if placement == NamespacePlacement::CompositionName {
+        warnings.extend(grants::ensure_release_namespaces(&context.client, used).await);
+    }
+    let controller = ControllerBundle {
+        resource,
+        chart_version: chart_version.to_string(),
+        image: context.config.controller_image.clone(),
+        allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
+        permissions: Permissions {
+            clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
+                .then(|| context.config.clusters_namespace.clone()),
+            footprint: footprint.footprint.clone(),
+            releases: used.releases(placement),
+            listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
+            owns_namespaces: placement == NamespacePlacement::CompositionName,
+            secrets: referenced_secrets(definition, context)?,
+            config_maps: referenced_config_maps(definition),
+        },
+    };
+    let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
+    let objects = bundle.objects().map_err(Error::Bundle)?;
+    let keys = objects.iter().map(objects::key).collect();
+    warnings
+        .extend(grants::apply_objects(&context.client, objects, &namespace_of(definition)).await?);
+    Ok(Applied {
+        controller: controller.name(),
+        footprint: footprint.footprint.summary(),
+        keys,
+        warnings,
+    })
+}
