@@ -16,6 +16,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
+use compositor::api::CompositionDefinition;
 use compositor::helm::parse_documents;
 
 /// The release name of every installation here: the chart then names the operator's
@@ -544,6 +545,57 @@ async fn the_installed_chart_bounds_what_the_operator_may_do() {
 }
 
 /// Two installations in two namespaces share no cluster-scoped object.
+/// `helm uninstall` keeps the Tenant definition: Helm would delete the operator in the same
+/// uninstall, so its finalizer could never run, and the tenants' releases would go with it. A new install
+/// adopts the kept definition.
+#[tokio::test]
+async fn uninstall_keeps_the_tenant_definition_and_a_new_install_adopts_it() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "keep").await;
+    let helm = support::Helm::new();
+    install(&helm, &namespace, &[]);
+    let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+    let installed = definitions
+        .get("tenant")
+        .await
+        .expect("the chart's Tenant definition");
+
+    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
+    let kept = definitions
+        .get("tenant")
+        .await
+        .expect("uninstall keeps the definition");
+    assert_eq!(kept.metadata.uid, installed.metadata.uid, "the same object");
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "and does not delete it"
+    );
+    let operator_role = format!("compositor-operator:{namespace}:{RELEASE}");
+    let cluster_roles = Api::<ClusterRole>::all(client.clone());
+    assert!(
+        cluster_roles
+            .get_opt(&operator_role)
+            .await
+            .unwrap()
+            .is_none(),
+        "the rest of the release is gone"
+    );
+
+    install(&helm, &namespace, &["tenant.chart.version=v1.19.2"]);
+    let adopted = definitions.get("tenant").await.expect("the definition");
+    assert_eq!(adopted.metadata.uid, installed.metadata.uid);
+    assert_eq!(
+        adopted.spec.chart.version.as_deref(),
+        Some("v1.19.2"),
+        "managed again"
+    );
+    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
+    definitions
+        .delete("tenant", &Default::default())
+        .await
+        .expect("delete the definition (no operator ran, so no finalizer holds it)");
+}
+
 #[test]
 fn cluster_scoped_objects_are_named_after_the_release() {
     let names = |namespace: &str| -> Vec<String> {
