@@ -4,6 +4,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 TESTBED_DIR ?= /tmp/compositor-testbed
 export TESTBED_DIR
+# Where cargo puts what it builds (CARGO_TARGET_DIR when set, as CI sets it).
+RELEASE_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
 
 .PHONY: demo test unit lint deps up down crds bench
 
@@ -48,8 +50,8 @@ down:
 bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \
 	  echo "[make bench] build took $$((SECONDS - start))s"
-	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) COMPOSITOR_BIN=$(CURDIR)/target/release/compositor \
+	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) COMPOSITOR_BIN=$(RELEASE_DIR)/compositor \
 	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench operator_bench move_bench rollout_bench; do \
-	    echo "[make bench] $$bench"; target/release/examples/$$bench; done'
+	    echo "[make bench] $$bench"; $(RELEASE_DIR)/examples/$$bench; done'
 	@echo "[make bench] controller_bench"
-	COMPOSITOR_BIN=$(CURDIR)/target/release/compositor e2e/bench-controller.sh target/release/examples/controller_bench
+	COMPOSITOR_BIN=$(RELEASE_DIR)/compositor e2e/bench-controller.sh $(RELEASE_DIR)/examples/controller_bench
