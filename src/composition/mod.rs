@@ -8,7 +8,8 @@
 //! on each target (unchanged fingerprint: no Helm call; else render, the `access` check,
 //! recovery, `helm upgrade --install`) → `status` (each target's entry, the phase and
 //! conditions over them, events). `watch` drives it: which changes reconcile, the fair share
-//! of workers among namespaces, the backoff of failing compositions.
+//! of workers among namespaces, the backoff of failing compositions; `watched` is what its
+//! cache keeps of each composition (its name, a hash of what a user changed, its phase).
 
 mod access;
 mod cleanup;
