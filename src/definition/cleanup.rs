@@ -63,7 +63,7 @@ pub(super) async fn cleanup(
     {
         delete_crd_if_unshared(&context.client, definition, &crd_status.name).await?;
     }
-    context.unwatch_compositions(definition);
+    context.compositions.stop(definition);
     Ok(Action::await_change())
 }
 

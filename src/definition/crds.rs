@@ -1,5 +1,5 @@
-//! The generated CRD on the cluster: a new chart version adds a version and becomes the storage
-//! version; versions already there stay served.
+//! The generated CRD on the cluster (a definition's CRDReady step): a new chart version adds a
+//! version and becomes the storage version; versions already there stay served.
 
 use std::collections::BTreeSet;
 
@@ -9,15 +9,87 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
-use super::Error;
+use super::inputs::{build_options, name_overrides};
 use super::objects::FIELD_MANAGER;
-use crate::api::{CompositionDefinition, OWNER_ANNOTATION};
+use super::{Context, Error};
+use crate::api::{
+    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION, set_condition,
+};
+use crate::bundle::GeneratedResource;
+use crate::chart::Fetched;
 use crate::crd::{self, Names};
+
+/// The CRD as the current chart version leaves it.
+pub(super) struct AppliedCrd {
+    /// Its names.
+    pub names: Names,
+    /// The current version's resource.
+    pub resource: GeneratedResource,
+    /// The CRD as the API server has it.
+    pub live: CustomResourceDefinition,
+    /// What the schema conversion lost.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the chart's CRD version and applies it beside the versions compositions still use
+/// (the CRDReady step); waits until the CRD is established.
+pub(super) async fn apply(
+    definition: &CompositionDefinition,
+    context: &Context,
+    fetched: &Fetched,
+    status: &mut CompositionDefinitionStatus,
+) -> Result<AppliedCrd, Error> {
+    let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
+    let (version, warnings) = crd::build_version(&fetched.package, &build_options(definition))?;
+    let resource = GeneratedResource {
+        group: names.group.clone(),
+        version: version.name.clone(),
+        plural: names.plural.clone(),
+    };
+    let in_use: BTreeSet<String> = status
+        .versions
+        .iter()
+        .filter(|v| v.compositions > 0)
+        .map(|v| v.version.clone())
+        .collect();
+    let live = apply_version(&context.client, definition, &names, version, &in_use).await?;
+    status.crd = Some(CrdStatus {
+        name: names.crd_name(),
+        kind: names.kind.clone(),
+        plural: names.plural.clone(),
+        group: names.group.clone(),
+        stored_version: resource.version.clone(),
+        served_versions: live
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.served)
+            .map(|v| v.name.clone())
+            .collect(),
+    });
+    if !established(&live) {
+        return Err(Error::Waiting("CRD to be established"));
+    }
+    set_condition(
+        &mut status.conditions,
+        "CRDReady",
+        true,
+        "Established",
+        &names.crd_name(),
+        definition.metadata.generation,
+    );
+    Ok(AppliedCrd {
+        names,
+        resource,
+        live,
+        warnings: warnings.iter().map(ToString::to_string).collect(),
+    })
+}
 
 /// Merges `version` into the live CRD (or a new one), applies it, and returns what the
 /// apiserver stored. Of the live versions, those objects are stored at and those in `in_use`
 /// stay; the others are dropped.
-pub async fn apply_version(
+async fn apply_version(
     client: &Client,
     definition: &CompositionDefinition,
     names: &Names,
@@ -121,7 +193,7 @@ async fn check_owner(
 }
 
 /// Whether the apiserver reports the CRD Established.
-pub fn established(crd: &CustomResourceDefinition) -> bool {
+fn established(crd: &CustomResourceDefinition) -> bool {
     crd.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -2,10 +2,10 @@
 //! a controller bundle per served version, and removes what is no longer used.
 //!
 //! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
-//! into a CRD version and apply the CRD → derive the controller's permissions from the chart and
-//! apply one bundle per served version, deleting stale ones (`bundles`) → move compositions to
-//! the current version and retire the others (`moves`) → write status. Deletion of a definition
-//! is `cleanup`'s.
+//! into a CRD version and apply the CRD (`crds`) → watch its compositions (`watch`) → derive the
+//! controller's permissions from the chart and apply one bundle per served version, deleting
+//! stale ones (`bundles`) → move compositions to the current version and retire the others
+//! (`moves`) → write status. Deletion of a definition is `cleanup`'s.
 
 mod bundles;
 mod cleanup;
@@ -18,8 +18,8 @@ mod permissions;
 mod report;
 mod watch;
 
-use inputs::{build_options, fetch, name_overrides};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use inputs::fetch;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
 use crate::api::{
-    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, DEFINITION_LABEL, FINALIZER,
+    CompositionDefinition, CompositionDefinitionStatus, DEFINITION_LABEL, FINALIZER,
     OWNER_ANNOTATION, ResolvedChart, is_paused, set_condition,
 };
-use crate::bundle::GeneratedResource;
 use crate::chart::{self, Cache};
 use crate::crd::{self, Names};
 use crate::helm;
@@ -150,79 +149,15 @@ pub struct Context {
     metrics: Arc<Metrics>,
     /// Chart footprints by chart digest: a chart's content never changes under its digest.
     footprints: Mutex<BTreeMap<String, permissions::ChartFootprint>>,
-    /// Definitions to reconcile because their compositions changed.
-    triggers: tokio::sync::mpsc::UnboundedSender<ObjectRef<CompositionDefinition>>,
-    /// The receiving end of `triggers`, taken by [`run`].
+    /// The composition watch of each definition.
+    compositions: watch::Watches,
+    /// Where those watches send the definitions to reconcile, taken by [`run`].
     trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
     >,
-    /// The composition watch of each definition: the CRD it reads, and the task, stopped when
-    /// the definition goes.
-    watched: std::sync::Mutex<HashMap<ObjectRef<CompositionDefinition>, Watched>>,
-}
-
-/// A running composition watch.
-struct Watched {
-    crd: String,
-    version: String,
-    task: tokio::task::AbortHandle,
 }
 
 impl Context {
-    /// Watches the compositions of `definition` through `version` of its CRD, unless a watch
-    /// of that CRD runs already (any served version lists them all, and a version just added
-    /// is not served at once); a watch of another CRD stops.
-    fn watch_compositions(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
-        let Ok(mut watched) = self.watched.lock() else {
-            return;
-        };
-        let key = ObjectRef::from_obj(definition);
-        if watched.get(&key).is_some_and(|w| w.crd == names.crd_name()) {
-            return;
-        }
-        let task = watch::spawn(
-            self.client.clone(),
-            names,
-            version,
-            key.clone(),
-            self.triggers.clone(),
-        );
-        let replaced = watched.insert(
-            key,
-            Watched {
-                crd: names.crd_name(),
-                version: version.to_string(),
-                task: task.abort_handle(),
-            },
-        );
-        if let Some(old) = replaced {
-            old.task.abort();
-        }
-    }
-
-    /// Restarts the composition watch of `definition` on `version` unless it reads through it
-    /// already: before the version it reads through is removed from the CRD.
-    fn move_watch(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
-        let stale = self.watched.lock().is_ok_and(|watched| {
-            watched
-                .get(&ObjectRef::from_obj(definition))
-                .is_some_and(|w| w.version != version)
-        });
-        if stale {
-            self.unwatch_compositions(definition);
-            self.watch_compositions(definition, names, version);
-        }
-    }
-
-    /// Stops the composition watch of a definition that is gone.
-    fn unwatch_compositions(&self, definition: &CompositionDefinition) {
-        if let Ok(mut watched) = self.watched.lock()
-            && let Some(old) = watched.remove(&ObjectRef::from_obj(definition))
-        {
-            old.task.abort();
-        }
-    }
-
     /// A context for the operator.
     pub fn new(
         client: Client,
@@ -235,7 +170,7 @@ impl Context {
             controller: "compositor".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let (triggers, trigger_receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (compositions, trigger_receiver) = watch::Watches::new(client.clone());
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -244,9 +179,8 @@ impl Context {
             cache,
             metrics,
             footprints: Mutex::default(),
-            triggers,
+            compositions,
             trigger_receiver: std::sync::Mutex::new(Some(trigger_receiver)),
-            watched: std::sync::Mutex::default(),
         }
     }
 }
@@ -465,10 +399,10 @@ async fn converge(
     status: &mut CompositionDefinitionStatus,
 ) -> Result<Action, Error> {
     let fetched = resolve_chart(definition, context, status).await?;
-    let crd = apply_crd(definition, context, &fetched, status).await?;
+    let crd = crds::apply(definition, context, &fetched, status).await?;
     let names = &crd.names;
     let current = &crd.resource.version;
-    context.watch_compositions(definition, names, current);
+    context.compositions.start(definition, names, current);
 
     let compositions = grants::list_compositions(&context.client, names, current).await?;
     let breaks = moves::breaks_to(&crd.live, current);
@@ -553,72 +487,6 @@ async fn resolve_chart(
     Ok(fetched)
 }
 
-/// The CRD as the current chart version leaves it.
-struct AppliedCrd {
-    names: Names,
-    /// The current version's resource.
-    resource: GeneratedResource,
-    /// The CRD as the API server has it.
-    live: CustomResourceDefinition,
-    /// What the schema conversion lost.
-    warnings: Vec<String>,
-}
-
-/// Builds the chart's CRD version and applies it beside the versions compositions still use
-/// (the CRDReady step); waits until the CRD is established.
-async fn apply_crd(
-    definition: &CompositionDefinition,
-    context: &Context,
-    fetched: &chart::Fetched,
-    status: &mut CompositionDefinitionStatus,
-) -> Result<AppliedCrd, Error> {
-    let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
-    let (version, warnings) = crd::build_version(&fetched.package, &build_options(definition))?;
-    let resource = GeneratedResource {
-        group: names.group.clone(),
-        version: version.name.clone(),
-        plural: names.plural.clone(),
-    };
-    let in_use: BTreeSet<String> = status
-        .versions
-        .iter()
-        .filter(|v| v.compositions > 0)
-        .map(|v| v.version.clone())
-        .collect();
-    let live = crds::apply_version(&context.client, definition, &names, version, &in_use).await?;
-    status.crd = Some(CrdStatus {
-        name: names.crd_name(),
-        kind: names.kind.clone(),
-        plural: names.plural.clone(),
-        group: names.group.clone(),
-        stored_version: resource.version.clone(),
-        served_versions: live
-            .spec
-            .versions
-            .iter()
-            .filter(|v| v.served)
-            .map(|v| v.name.clone())
-            .collect(),
-    });
-    if !crds::established(&live) {
-        return Err(Error::Waiting("CRD to be established"));
-    }
-    set_condition(
-        &mut status.conditions,
-        "CRDReady",
-        true,
-        "Established",
-        &names.crd_name(),
-        definition.metadata.generation,
-    );
-    Ok(AppliedCrd {
-        names,
-        resource,
-        live,
-        warnings: warnings.iter().map(ToString::to_string).collect(),
-    })
-}
-
 /// Moves compositions of compatible older versions to `current` and, once every composition is
 /// there, retires the other versions. Whether something is still under way.
 async fn follow_current_version(
@@ -636,6 +504,6 @@ async fn follow_current_version(
         return Ok(moving > 0 || settling);
     }
     // The watch must not read through a version about to go.
-    context.move_watch(definition, names, current);
+    context.compositions.move_to(definition, names, current);
     moves::retire_versions(&context.client, names, current, live_crd).await
 }

@@ -1,8 +1,10 @@
 //! Reconciling a definition when its compositions come, go or change version: that is when its
 //! controllers' RBAC must follow them into (or out of) a namespace, and when an old version's
-//! controller may be retired.
+//! controller may be retired. One watch runs per definition, through a served version of its
+//! CRD ([`Watches`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -11,15 +13,96 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::api::{CompositionDefinition, VERSION_LABEL};
 use crate::crd::Names;
 
+/// The composition watch of each definition, each sending its definition on `triggers`.
+pub struct Watches {
+    client: Client,
+    triggers: UnboundedSender<ObjectRef<CompositionDefinition>>,
+    running: Mutex<HashMap<ObjectRef<CompositionDefinition>, Running>>,
+}
+
+/// A running composition watch: the CRD and version it reads through, and its task.
+struct Running {
+    crd: String,
+    version: String,
+    task: tokio::task::AbortHandle,
+}
+
+impl Watches {
+    /// No watches yet, and the receiving end of their triggers.
+    pub fn new(client: Client) -> (Self, UnboundedReceiver<ObjectRef<CompositionDefinition>>) {
+        let (triggers, received) = tokio::sync::mpsc::unbounded_channel();
+        let watches = Watches {
+            client,
+            triggers,
+            running: Mutex::default(),
+        };
+        (watches, received)
+    }
+
+    /// Watches the compositions of `definition` through `version` of its CRD, unless a watch
+    /// of that CRD runs already (any served version lists them all, and a version just added
+    /// is not served at once); a watch of another CRD stops.
+    pub fn start(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
+        let Ok(mut running) = self.running.lock() else {
+            return;
+        };
+        let key = ObjectRef::from_obj(definition);
+        if running.get(&key).is_some_and(|w| w.crd == names.crd_name()) {
+            return;
+        }
+        let task = spawn(
+            self.client.clone(),
+            names,
+            version,
+            key.clone(),
+            self.triggers.clone(),
+        );
+        let replaced = running.insert(
+            key,
+            Running {
+                crd: names.crd_name(),
+                version: version.to_string(),
+                task: task.abort_handle(),
+            },
+        );
+        if let Some(old) = replaced {
+            old.task.abort();
+        }
+    }
+
+    /// Restarts the composition watch of `definition` on `version` unless it reads through it
+    /// already: before the version it reads through is removed from the CRD.
+    pub fn move_to(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
+        let stale = self.running.lock().is_ok_and(|running| {
+            running
+                .get(&ObjectRef::from_obj(definition))
+                .is_some_and(|w| w.version != version)
+        });
+        if stale {
+            self.stop(definition);
+            self.start(definition, names, version);
+        }
+    }
+
+    /// Stops the composition watch of a definition that is gone.
+    pub fn stop(&self, definition: &CompositionDefinition) {
+        if let Ok(mut running) = self.running.lock()
+            && let Some(old) = running.remove(&ObjectRef::from_obj(definition))
+        {
+            old.task.abort();
+        }
+    }
+}
+
 /// Watches the compositions of `names` (metadata only) and sends `definition` whenever one is
 /// added or deleted or changes its version label; status updates are ignored. Runs until the
 /// returned task is aborted.
-pub fn spawn(
+fn spawn(
     client: Client,
     names: &Names,
     version: &str,
