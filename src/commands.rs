@@ -302,7 +302,9 @@ pub struct PostRenderArgs {
 pub fn post_render(args: PostRenderArgs) -> Result<(), CommandError> {
     use std::io::Write;
     let mut manifest = Vec::new();
+    // One byte over the cap tells the gate that the manifest is too large.
     std::io::stdin()
+        .take(helm::MAX_MANIFEST + 1)
         .read_to_end(&mut manifest)
         .map_err(context("read the manifest"))?;
     let gate = format!("ask the gate at {}", args.socket.display());

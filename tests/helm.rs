@@ -533,7 +533,7 @@ async fn the_gate_sees_what_helm_renders_and_can_stop_it_before_anything_is_writ
         let install = helm.upgrade_install(&target, "gated", &chart, &values, options);
         let admission = async {
             let request = ticket.request().await.expect("the manifest");
-            let kinds: Vec<_> = parse_manifest(&request.manifest)
+            let kinds: Vec<_> = parse_manifest(request.manifest.as_deref().unwrap())
                 .expect("manifest")
                 .into_iter()
                 .map(|o| (o.kind, o.name))

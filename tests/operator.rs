@@ -27,12 +27,12 @@ struct Fixture {
 
 impl Fixture {
     async fn new(prefix: &str) -> Self {
-        let client = support::client().await;
-        support::install_crds(&client).await;
-        let namespace = support::namespace(&client, prefix).await;
-        support::repo_password(&client, &namespace).await;
-        let group = format!("{namespace}.compositor.dev");
-        let operator = support::Process::operator(&namespace);
+        let support::OperatorBed {
+            client,
+            namespace,
+            group,
+            operator,
+        } = support::OperatorBed::new(prefix).await;
         Fixture {
             client,
             namespace,
@@ -55,18 +55,7 @@ impl Fixture {
             "names": {"group": self.group},
         });
         merge(&mut spec["chart"], chart);
-        let definition = json!({
-            "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
-            "metadata": {"name": name}, "spec": spec,
-        });
-        self.definitions()
-            .patch(
-                name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&definition),
-            )
-            .await
-            .expect("apply definition");
+        support::apply_definition(&self.client, &self.namespace, name, spec).await;
     }
 
     /// Applies definition `fireworksapp` of chart fireworks-app `version`.
@@ -380,6 +369,9 @@ async fn every_kind_the_chart_can_create_is_allowed_and_nothing_else() {
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": helm},
             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": helm},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": helm},
+            {"apiGroups": [""], "resources": ["serviceaccounts"],
+             "resourceNames": [format!("compositor.{}.optionalkinds-v0-1-0", fixture.namespace)],
+             "verbs": ["impersonate"]},
         ]),
         "group {group}"
     );
@@ -1286,36 +1278,11 @@ fn publish_indexed(name: &str, files: &[(&str, &str)]) {
     std::fs::rename(packaged.join("index.yaml"), repo.join("index.yaml")).unwrap();
 }
 
-/// Packages a chart written by the test into the test bed's repository directory; returns its URL.
-fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
-    let source = tempfile::tempdir().unwrap();
-    let chart = source.path().join(name);
-    for (path, content) in files {
-        let file = chart.join(path);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, content).unwrap();
-    }
-    let repo = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo");
-    support::Helm::new().ok(
-        &[
-            "package",
-            chart.to_str().unwrap(),
-            "-d",
-            repo.to_str().unwrap(),
-        ],
-        None,
-    );
-    format!(
-        "{}/{name}-0.1.0.tgz",
-        support::env("COMPOSITOR_TEST_REPO_URL")
-    )
-}
-
 #[tokio::test]
 async fn charts_that_cannot_become_an_api_are_refused_with_a_reason() {
     let fixture = Fixture::new("op-refuse").await;
     let suffix = support::unique("c");
-    let empty = publish_chart(
+    let empty = support::publish_chart(
         &format!("empty-{suffix}"),
         &[
             (
@@ -1326,7 +1293,7 @@ async fn charts_that_cannot_become_an_api_are_refused_with_a_reason() {
             ("templates/_helpers.tpl", "{{- define \"x\" }}x{{ end }}\n"),
         ],
     );
-    let clash = publish_chart(
+    let clash = support::publish_chart(
         &format!("clash-{suffix}"),
         &[
             (
@@ -1671,7 +1638,7 @@ async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() 
     let name = format!("guarded-{}", support::unique("c"));
     // `not` is lost in the CRD (the apiserver cannot say it), so only the chart's own schema,
     // checked by the controller, refuses 13.
-    let url = publish_chart(
+    let url = support::publish_chart(
         &name,
         &[
             (
@@ -2163,7 +2130,7 @@ async fn a_republished_chart_version_must_keep_its_schema_compatible() {
     let mut fixture = Fixture::new("op-republish").await;
     let name = format!("repub-{}", support::unique("c"));
     let chart = |schema: &str| {
-        publish_chart(
+        support::publish_chart(
             &name,
             &[
                 (

@@ -29,15 +29,12 @@ struct Fixture {
 
 impl Fixture {
     async fn new(prefix: &str) -> Self {
-        let client = support::client().await;
-        support::install_crds(&client).await;
-        let namespace = support::namespace(&client, prefix).await;
-        support::repo_password(&client, &namespace).await;
+        let bed = support::OperatorBed::new(prefix).await;
         Fixture {
-            group: format!("{namespace}.compositor.dev"),
-            _operator: support::Process::operator(&namespace),
-            client,
-            namespace,
+            client: bed.client,
+            namespace: bed.namespace,
+            group: bed.group,
+            _operator: bed.operator,
         }
     }
 
@@ -338,11 +335,10 @@ async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights()
     )
     .await;
     let stalled = reason_of(&status, "Stalled");
-    assert!(stalled.starts_with("PermissionsMissing "), "{status}");
+    assert!(stalled.starts_with("NamespaceNotAllowed "), "{status}");
     assert!(
-        stalled.contains(&format!(
-            r#"applications.argoproj.io "{beta}" in namespace elsewhere"#
-        )) && stalled.contains("spec.permissions.namespaces"),
+        stalled.contains("into namespace elsewhere")
+            && stalled.contains("spec.permissions.namespaces"),
         "{stalled}"
     );
     assert!(!helm_has(&beta, &team), "nothing installed");

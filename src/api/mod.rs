@@ -37,6 +37,9 @@ pub const APPLIED_HASH_ANNOTATION: &str = "compositor.dev/applied-hash";
 /// Annotation on a namespace compositor created for a composition: the composition's UID. Only
 /// such a namespace is deleted with the composition's release.
 pub const NAMESPACE_OWNER_ANNOTATION: &str = "compositor.dev/created-for";
+/// Label on Helm's records of a release compositor made: the UID of the composition it belongs
+/// to. No other composition upgrades, rolls back or uninstalls it.
+pub const RELEASE_OWNER_LABEL: &str = "compositor.dev/composition-uid";
 /// Annotation the operator sets on a composition to ask its controller to hand it over to
 /// another version (the value); the controller does so by relabelling it.
 pub const MOVE_ANNOTATION: &str = "compositor.dev/move-to";
@@ -52,6 +55,13 @@ pub fn is_paused(meta: &ObjectMeta) -> bool {
         .as_ref()
         .and_then(|annotations| annotations.get(PAUSED_ANNOTATION))
         .is_some_and(|value| value != "false")
+}
+
+/// Whether a namespace may never be a composition's own (`placement.namespace:
+/// CompositionName`): Kubernetes' own (`kube-*`, `default`) and each of `also` (the operator's,
+/// the definition's).
+pub fn is_reserved_namespace(name: &str, also: &[&str]) -> bool {
+    name == "default" || name.starts_with("kube-") || also.contains(&name)
 }
 
 /// The operator's own CRDs as one YAML stream, as committed under `crds/`.

@@ -60,26 +60,50 @@ pub struct Controller {
 }
 
 /// The objects of one version's bundle.
+///
+/// Helm runs as a release identity, a ServiceAccount in each release namespace that the
+/// controller impersonates: it holds what that namespace's releases need and nothing of other
+/// release namespaces, so a release's templates (`lookup`) reach only their own.
 #[derive(Clone, Debug)]
 pub struct Bundle {
     /// The controller's identity.
     pub service_account: ServiceAccount,
     /// The controller.
     pub deployment: Deployment,
-    /// Cluster-wide rules: the generated resource, what the chart needs at cluster scope,
-    /// events, the namespaces compositor created for releases.
+    /// The controller's own cluster-wide rules: the generated resource, events, the namespaces
+    /// compositor created for releases.
     pub cluster_role: ClusterRole,
     /// Binds `cluster_role` to the ServiceAccount.
     pub cluster_role_binding: ClusterRoleBinding,
+    /// What the releases need at cluster scope.
+    pub release_cluster_role: ClusterRole,
+    /// Binds `release_cluster_role` to the controller and every release identity.
+    pub release_cluster_role_binding: ClusterRoleBinding,
+    /// The release identity of each release namespace.
+    pub release_identities: Vec<ServiceAccount>,
     /// What the chart needs in each namespace it writes into (and Helm's release Secrets in
-    /// release namespaces), each bound there: release namespaces last, so that a controller that
-    /// can read its release records has every other grant already.
+    /// release namespaces), each bound there to the controller and the release identities that
+    /// write there: release namespaces last, so that a controller that can read its release
+    /// records has every other grant already.
     pub namespace_roles: Vec<(Role, RoleBinding)>,
+    /// The controller's own rules in other namespaces than the definition's (the chart
+    /// source's Secrets and ConfigMaps there, the cluster Secrets).
+    pub controller_roles: Vec<(Role, RoleBinding)>,
     /// `get` on the definition and on the credential Secrets the chart reference uses, and
     /// the controller's leader election Lease.
     pub definition_role: Role,
     /// Binds `definition_role` to the ServiceAccount.
     pub definition_role_binding: RoleBinding,
+}
+
+/// The name of a definition's release identity for `resource` in every release namespace:
+/// `compositor.<definition namespace>.<plural>-<version>`, so that two definitions never share
+/// one.
+pub fn release_identity(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!(
+        "compositor.{definition_namespace}.{}-{}",
+        resource.plural, resource.version
+    )
 }
 
 /// The kinds a bundle is made of, for listing and deleting by label.
@@ -148,6 +172,11 @@ impl Controller {
         )
     }
 
+    /// Name of the release identity in each release namespace.
+    pub fn release_identity(&self, definition: &CompositionDefinition) -> String {
+        release_identity(&definition.namespace().unwrap_or_default(), &self.resource)
+    }
+
     /// Name of cluster-scoped objects: `compositor:<namespace>:<plural>-<version>`, so two
     /// definitions never share RBAC.
     pub fn cluster_name(&self, definition: &CompositionDefinition) -> String {
@@ -193,7 +222,7 @@ impl Controller {
 
         let cluster_role = ClusterRole {
             metadata: cluster_meta(cluster_name.clone()),
-            rules: Some(self.permissions.cluster_rules(&self.resource)),
+            rules: Some(self.permissions.controller_cluster_rules(&self.resource)),
             ..ClusterRole::default()
         };
         let cluster_role_binding = ClusterRoleBinding {
@@ -201,39 +230,85 @@ impl Controller {
             role_ref: role_ref("ClusterRole", &cluster_name),
             subjects: subjects.clone(),
         };
+        let identity = self.release_identity(definition);
+        let identity_of = |namespace: &String| Subject {
+            kind: "ServiceAccount".into(),
+            name: identity.clone(),
+            namespace: Some(namespace.clone()),
+            api_group: None,
+        };
         let release_namespaces: BTreeSet<&String> = self
             .permissions
             .releases
             .iter()
             .map(|place| &place.namespace)
             .collect();
+        let releases_name = format!("{cluster_name}:releases");
+        let release_cluster_role = ClusterRole {
+            metadata: cluster_meta(releases_name.clone()),
+            rules: Some(self.permissions.release_cluster_rules()),
+            ..ClusterRole::default()
+        };
+        let mut release_subjects = subjects.clone().unwrap_or_default();
+        release_subjects.extend(release_namespaces.iter().map(|n| identity_of(n)));
+        let release_cluster_role_binding = ClusterRoleBinding {
+            metadata: cluster_meta(releases_name.clone()),
+            role_ref: role_ref("ClusterRole", &releases_name),
+            subjects: Some(release_subjects),
+        };
+        let release_identities = release_namespaces
+            .iter()
+            .map(|namespace| ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(identity.clone()),
+                    namespace: Some(namespace.to_string()),
+                    ..cluster_meta(String::new())
+                },
+                ..ServiceAccount::default()
+            })
+            .collect();
+        let namespaced = |name: &str, namespace: String, rules, subjects| {
+            let metadata = ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace),
+                ..cluster_meta(String::new())
+            };
+            let role = Role {
+                metadata: metadata.clone(),
+                rules: Some(rules),
+            };
+            let binding = RoleBinding {
+                metadata,
+                role_ref: role_ref("Role", name),
+                subjects: Some(subjects),
+            };
+            (role, binding)
+        };
+        let writers = self.permissions.writers();
         let mut namespace_roles: Vec<(Role, RoleBinding)> = self
             .permissions
-            .namespace_rules(&definition.namespace().unwrap_or_default())
+            .namespace_rules(&identity)
             .into_iter()
             .map(|(namespace, rules)| {
-                let metadata = ObjectMeta {
-                    name: Some(cluster_name.clone()),
-                    namespace: Some(namespace),
-                    labels: Some(labels.clone()),
-                    annotations: Some(annotations.clone()),
-                    ..ObjectMeta::default()
-                };
-                let role = Role {
-                    metadata: metadata.clone(),
-                    rules: Some(rules),
-                };
-                let binding = RoleBinding {
-                    metadata,
-                    role_ref: role_ref("Role", &cluster_name),
-                    subjects: subjects.clone(),
-                };
-                (role, binding)
+                let mut bound = subjects.clone().unwrap_or_default();
+                let identities = writers.get(&namespace).into_iter().flatten();
+                bound.extend(identities.map(identity_of));
+                namespaced(&cluster_name, namespace, rules, bound)
             })
             .collect();
         namespace_roles.sort_by_key(|(role, _)| {
             release_namespaces.contains(&role.namespace().unwrap_or_default())
         });
+        let controller_name = format!("{cluster_name}:controller");
+        let controller_roles = self
+            .permissions
+            .controller_namespace_rules(&namespace)
+            .into_iter()
+            .map(|(namespace, rules)| {
+                let bound = subjects.clone().unwrap_or_default();
+                namespaced(&controller_name, namespace, rules, bound)
+            })
+            .collect();
         let mut definition_rules = self.permissions.definition_rules(
             &definition.name_any(),
             &definition.namespace().unwrap_or_default(),
@@ -257,7 +332,11 @@ impl Controller {
             deployment: self.deployment(definition, owned)?,
             cluster_role,
             cluster_role_binding,
+            release_cluster_role,
+            release_cluster_role_binding,
+            release_identities,
             namespace_roles,
+            controller_roles,
             definition_role,
             definition_role_binding,
         })
@@ -344,7 +423,14 @@ impl Bundle {
             dynamic(&self.cluster_role)?,
             dynamic(&self.cluster_role_binding)?,
         ];
-        for (role, binding) in &self.namespace_roles {
+        for identity in &self.release_identities {
+            objects.push(dynamic(identity)?);
+        }
+        objects.extend([
+            dynamic(&self.release_cluster_role)?,
+            dynamic(&self.release_cluster_role_binding)?,
+        ]);
+        for (role, binding) in self.controller_roles.iter().chain(&self.namespace_roles) {
             objects.push(dynamic(role)?);
             objects.push(dynamic(binding)?);
         }

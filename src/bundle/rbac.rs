@@ -43,6 +43,9 @@ pub struct Permissions {
     pub listed_namespaces: BTreeSet<String>,
     /// Whether compositor creates each release namespace, so the controller deletes it again.
     pub owns_namespaces: bool,
+    /// The namespaces compositions ask to have as their own, made for them or not: the
+    /// controller reads them to tell which were made for their composition.
+    pub asked_namespaces: BTreeSet<String>,
     /// Credential Secrets the controller reads, as (namespace, name): in the definition's
     /// namespace, or in another only when the operator allows cross-namespace references.
     pub secrets: BTreeSet<(String, String)>,
@@ -55,9 +58,9 @@ pub struct Permissions {
 }
 
 impl Permissions {
-    /// Cluster-wide rules: the generated resource, what the chart needs at cluster scope, the
-    /// release namespaces compositor created (by name), and events.
-    pub fn cluster_rules(&self, resource: &GeneratedResource) -> Vec<PolicyRule> {
+    /// The controller's own cluster-wide rules: the generated resource, the release namespaces
+    /// compositor made (delete) or that compositions ask for (read, by name), and events.
+    pub fn controller_cluster_rules(&self, resource: &GeneratedResource) -> Vec<PolicyRule> {
         let plural = &resource.plural;
         let mut rules = vec![rule(
             &resource.group,
@@ -68,15 +71,23 @@ impl Permissions {
             ],
             &["get", "list", "watch", "update", "patch"],
         )];
-        rules.extend(self.footprint.cluster_rules(&self.releases));
         let owned: BTreeSet<String> = self
             .releases
             .iter()
             .map(|place| place.namespace.clone())
             .collect();
         if self.owns_namespaces && !owned.is_empty() {
-            let mut namespaces = rule("", ["namespaces".to_string()], &["get", "delete"]);
-            namespaces.resource_names = Some(owned.into_iter().collect());
+            let mut namespaces = rule("", ["namespaces".to_string()], &["delete"]);
+            namespaces.resource_names = Some(owned.iter().cloned().collect());
+            rules.push(namespaces);
+        }
+        let read: BTreeSet<String> = match self.owns_namespaces {
+            true => owned.union(&self.asked_namespaces).cloned().collect(),
+            false => BTreeSet::new(),
+        };
+        if !read.is_empty() {
+            let mut namespaces = rule("", ["namespaces".to_string()], &["get"]);
+            namespaces.resource_names = Some(read.into_iter().collect());
             rules.push(namespaces);
         }
         rules.push(PolicyRule {
@@ -88,25 +99,67 @@ impl Permissions {
         rules
     }
 
-    /// Rules per namespace but the definition's own: what the chart writes there, Helm's
-    /// release Secrets in each release namespace, and the chart source's Secrets and ConfigMaps
-    /// that live there.
-    pub fn namespace_rules(&self, definition_namespace: &str) -> BTreeMap<String, Vec<PolicyRule>> {
+    /// What the releases need at cluster scope, which the controller and every release
+    /// identity hold: the chart's cluster-scoped objects by name and what its ClusterRoles
+    /// grant.
+    pub fn release_cluster_rules(&self) -> Vec<PolicyRule> {
+        self.footprint.cluster_rules(&self.releases)
+    }
+
+    /// Rules per namespace but the definition's own, which the controller holds with the
+    /// release identities that write there ([`Permissions::writers`]): what the chart writes
+    /// there; in each release namespace Helm's release Secrets, and impersonating that
+    /// namespace's release identity (named `identity`), as which Helm runs.
+    pub fn namespace_rules(&self, identity: &str) -> BTreeMap<String, Vec<PolicyRule>> {
         let mut by_namespace = self
             .footprint
             .namespace_rules(&self.releases, &self.listed_namespaces);
         let helm_storage = rule("", ["secrets".to_string()], &HELM_VERBS);
+        let mut impersonate = rule("", ["serviceaccounts".to_string()], &["impersonate"]);
+        impersonate.resource_names = Some(vec![identity.to_string()]);
         for place in &self.releases {
             let rules = by_namespace.entry(place.namespace.clone()).or_default();
-            if !rules.contains(&helm_storage) {
-                rules.push(helm_storage.clone());
+            for needed in [&helm_storage, &impersonate] {
+                if !rules.contains(needed) {
+                    rules.push(needed.clone());
+                }
             }
         }
-        for (namespace, rules) in self.reference_rules() {
-            if namespace != definition_namespace {
-                by_namespace.entry(namespace).or_default().extend(rules);
+        by_namespace
+    }
+
+    /// The release namespaces whose releases write into each namespace: a release namespace
+    /// itself, the namespaces the chart writes into named for each release, and the
+    /// definition's listed namespaces, which every release may write into.
+    pub fn writers(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut writers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for place in &self.releases {
+            let patterns = self.footprint.namespaces.keys().map(|p| place.fill(p));
+            for namespace in patterns.chain([place.namespace.clone()]) {
+                writers
+                    .entry(namespace)
+                    .or_default()
+                    .insert(place.namespace.clone());
+            }
+            for namespace in &self.listed_namespaces {
+                writers
+                    .entry(namespace.clone())
+                    .or_default()
+                    .insert(place.namespace.clone());
             }
         }
+        writers
+    }
+
+    /// The controller's own rules in namespaces but the definition's: `get` by name on the
+    /// chart source's Secrets and ConfigMaps that live there, and reading the Secrets that
+    /// register clusters. No release identity holds these.
+    pub fn controller_namespace_rules(
+        &self,
+        definition_namespace: &str,
+    ) -> BTreeMap<String, Vec<PolicyRule>> {
+        let mut by_namespace = self.reference_rules();
+        by_namespace.remove(definition_namespace);
         if let Some(namespace) = &self.clusters_namespace {
             let clusters = rule("", ["secrets".to_string()], &["get", "list", "watch"]);
             by_namespace

@@ -62,6 +62,7 @@ fn controller() -> Controller {
             releases: vec![place("acme", "team-b"), place("beta", "team-a")],
             listed_namespaces: BTreeSet::new(),
             owns_namespaces: false,
+            asked_namespaces: BTreeSet::new(),
             secrets: [("demo".to_string(), "repo-password".to_string())].into(),
             config_maps: [("demo".to_string(), "repo-ca".to_string())].into(),
             clusters_namespace: None,
@@ -171,22 +172,30 @@ fn namespaced_objects_are_owned_by_the_definition() {
 #[test]
 fn rules_are_exactly_what_helm_needs() {
     let controller = controller();
-    let cluster =
-        serde_json::to_value(controller.permissions.cluster_rules(&controller.resource)).unwrap();
+    let own = controller
+        .permissions
+        .controller_cluster_rules(&controller.resource);
     assert_eq!(
-        cluster,
+        serde_json::to_value(own).unwrap(),
         json!([
             {"apiGroups": ["composition.compositor.dev"],
              "resources": ["fireworksapps", "fireworksapps/status", "fireworksapps/finalizers"],
              "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ])
+    );
+    let releases = controller.permissions.release_cluster_rules();
+    assert_eq!(
+        serde_json::to_value(releases).unwrap(),
+        json!([
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
              "resourceNames": ["acme-reader", "beta-reader"],
              "verbs": ["get", "update", "patch", "delete"]},
-            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         ])
     );
-    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
+    let namespaced =
+        serde_json::to_value(controller.permissions.namespace_rules("identity")).unwrap();
     let helm = json!([
         "get", "list", "watch", "create", "update", "patch", "delete"
     ]);
@@ -194,6 +203,7 @@ fn rules_are_exactly_what_helm_needs() {
         {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": helm},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": helm},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": helm},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["identity"], "verbs": ["impersonate"]},
     ]);
     assert_eq!(namespaced, json!({"team-a": release, "team-b": release}));
     let definition = serde_json::to_value(
@@ -216,26 +226,34 @@ fn rules_are_exactly_what_helm_needs() {
 fn namespaces_by_name_only_when_compositor_creates_them() {
     let mut controller = controller();
     let has_namespaces = |c: &Controller| {
-        c.permissions.cluster_rules(&c.resource).iter().any(|r| {
-            r.resources
-                .as_ref()
-                .unwrap()
-                .contains(&"namespaces".to_string())
-        })
+        c.permissions
+            .controller_cluster_rules(&c.resource)
+            .iter()
+            .any(|r| {
+                r.resources
+                    .as_ref()
+                    .unwrap()
+                    .contains(&"namespaces".to_string())
+            })
     };
     assert!(!has_namespaces(&controller));
     controller.permissions.owns_namespaces = true;
     assert!(has_namespaces(&controller));
-    let rules = controller.permissions.cluster_rules(&controller.resource);
-    let namespaces = rules
-        .iter()
-        .find(|r| r.resources.as_deref() == Some(&["namespaces".to_string()][..]))
-        .unwrap();
-    assert_eq!(namespaces.verbs, ["get", "delete"]);
-    assert_eq!(
-        namespaces.resource_names.as_deref(),
-        Some(&["team-a".to_string(), "team-b".to_string()][..])
-    );
+    // A namespace asked for but not made for its composition may be read, never deleted.
+    controller.permissions.asked_namespaces = ["kube-system".to_string()].into();
+    let rules = controller
+        .permissions
+        .controller_cluster_rules(&controller.resource);
+    let names = |verb: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.resources.as_deref() == Some(&["namespaces".to_string()][..]))
+            .filter(|r| r.verbs.iter().any(|v| v == verb))
+            .flat_map(|r| r.resource_names.clone().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(names("delete"), ["team-a", "team-b"]);
+    assert_eq!(names("get"), ["kube-system", "team-a", "team-b"]);
 }
 
 #[test]
@@ -243,9 +261,17 @@ fn a_version_without_compositions_gets_nothing_of_its_chart() {
     let mut controller = controller();
     controller.permissions.releases.clear();
     controller.permissions.listed_namespaces = ["elsewhere".to_string()].into();
-    let cluster = controller.permissions.cluster_rules(&controller.resource);
+    let cluster = controller
+        .permissions
+        .controller_cluster_rules(&controller.resource);
     assert_eq!(cluster.len(), 2, "its own resource and events: {cluster:?}");
-    assert!(controller.permissions.namespace_rules("demo").is_empty());
+    assert!(controller.permissions.release_cluster_rules().is_empty());
+    assert!(
+        controller
+            .permissions
+            .namespace_rules("identity")
+            .is_empty()
+    );
 }
 
 #[test]
@@ -265,6 +291,10 @@ fn objects_are_typed_and_ordered_deployment_last() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ServiceAccount",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Role",
             "RoleBinding",
             "Role",
@@ -274,6 +304,55 @@ fn objects_are_typed_and_ordered_deployment_last() {
             "Deployment"
         ]
     );
+}
+
+#[test]
+fn each_release_namespace_has_an_identity_bound_only_where_its_releases_write() {
+    let bundle = controller()
+        .bundle(&definition("demo", "fireworksapp"))
+        .unwrap();
+    let identity = "compositor.demo.fireworksapps-v1-1-5";
+    let identities: Vec<(String, String)> = bundle
+        .release_identities
+        .iter()
+        .map(|sa| {
+            (
+                sa.metadata.namespace.clone().unwrap(),
+                sa.metadata.name.clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        identities,
+        [
+            ("team-a".to_string(), identity.to_string()),
+            ("team-b".to_string(), identity.to_string())
+        ]
+    );
+    for (role, binding) in &bundle.namespace_roles {
+        let namespace = role.metadata.namespace.clone().unwrap();
+        let subjects: Vec<String> = binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|s| format!("{}/{}", s.namespace.clone().unwrap(), s.name))
+            .collect();
+        assert_eq!(
+            subjects,
+            [
+                "demo/fireworksapps-v1-1-5-controller".to_string(),
+                format!("{namespace}/{identity}")
+            ],
+            "only the identity of {namespace} is bound in {namespace}"
+        );
+    }
+    let cluster_subjects = bundle.release_cluster_role_binding.subjects.unwrap();
+    assert_eq!(
+        cluster_subjects.len(),
+        3,
+        "the controller and both identities"
+    );
+    assert!(bundle.cluster_role_binding.subjects.unwrap().len() == 1);
 }
 
 #[test]
@@ -296,8 +375,9 @@ fn references_in_other_namespaces_are_read_there_by_name_and_the_controller_is_t
         .secrets
         .insert(("shared".into(), "registry".into()));
     let get = |resource: &str, name: &str| json!({"apiGroups": [""], "resources": [resource], "resourceNames": [name], "verbs": ["get"]});
-    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
-    assert_eq!(namespaced["shared"], json!([get("secrets", "registry")]));
+    let namespaced = controller.permissions.controller_namespace_rules("demo");
+    let namespaced = serde_json::to_value(namespaced).unwrap();
+    assert_eq!(namespaced, json!({"shared": [get("secrets", "registry")]}));
     let own = serde_json::to_value(
         controller
             .permissions
@@ -321,7 +401,8 @@ fn a_remote_placement_lets_the_controller_read_the_cluster_secrets_and_says_wher
     let mut controller = controller();
     assert!(!deployment_args(&controller).contains(&"--clusters-namespace".to_string()));
     controller.permissions.clusters_namespace = Some("compositor-system".into());
-    let namespaced = serde_json::to_value(controller.permissions.namespace_rules("demo")).unwrap();
+    let namespaced = controller.permissions.controller_namespace_rules("demo");
+    let namespaced = serde_json::to_value(namespaced).unwrap();
     assert_eq!(
         namespaced["compositor-system"],
         json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])

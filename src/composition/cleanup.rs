@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 
+use super::confinement::{Owner, owner_of, release_place};
 use super::placement::{self, LOCAL_CLUSTER, Target};
 use super::reach::Reach;
 use super::release::{helm_target, release_record};
@@ -61,7 +62,7 @@ pub(super) async fn cleanup(
     // must not hold the deletion: what the entries record is still removed.
     let mut targets = context
         .selected_clusters(placement)
-        .and_then(|clusters| placement::targets(object, placement, &clusters))
+        .and_then(|clusters| placement::targets(object, placement, &clusters, &context.reserved()))
         .unwrap_or_default();
     for entry in &super::status::status_of(object).clusters {
         if !targets.iter().any(|t| t.cluster == entry.name) {
@@ -106,7 +107,7 @@ fn recorded_target(entry: &ClusterStatus, placement: &Placement) -> Target {
         cluster: entry.name.clone(),
         namespace: entry.namespace.clone(),
         release: entry.release.clone(),
-        creates_namespace: own && entry.name != LOCAL_CLUSTER,
+        own_namespace: own,
     }
 }
 
@@ -151,8 +152,8 @@ async fn remove_bounded(
     }
 }
 
-/// Uninstalls the target's release if Helm has a record of it, then deletes the namespace
-/// compositor created for the composition there.
+/// Uninstalls the target's release if Helm has a record of it and it is the composition's own,
+/// then deletes the namespace compositor created for the composition there.
 async fn remove(
     object: &DynamicObject,
     context: &Context,
@@ -161,20 +162,17 @@ async fn remove(
 ) -> Result<(), Error> {
     let reach = context.reach(&target.cluster).await?;
     let namespaces = Api::<Namespace>::all(reach.client.clone());
-    if is_installed(&reach, &namespaces, target).await? {
+    let record = installed(&reach, &namespaces, target).await?;
+    if record.is_some() {
         let note = format!(
             "release {} uninstalled from cluster {}",
             target.release, target.cluster
         );
-        uninstall(
-            context,
-            &reach,
-            object,
-            &target.namespace,
-            &target.release,
-            &note,
-        )
-        .await?;
+        let recorded = super::status::status_of(object)
+            .clusters
+            .into_iter()
+            .find(|entry| entry.name == target.cluster);
+        uninstall_own(context, &reach, object, target, recorded.as_ref(), &note).await?;
     }
     if owns_namespace {
         delete_own_namespace(&reach, &namespaces, &target.namespace, object).await?;
@@ -182,17 +180,17 @@ async fn remove(
     Ok(())
 }
 
-/// Whether Helm has a record of the target's release. A release whose records cannot be read
-/// in a namespace that does not exist was never installed.
-async fn is_installed(
+/// Helm's latest record of the target's release, if there is one. A release whose records
+/// cannot be read in a namespace that does not exist was never installed.
+async fn installed(
     reach: &Reach,
     namespaces: &Api<Namespace>,
     target: &Target,
-) -> Result<bool, Error> {
+) -> Result<Option<crate::helm::Record>, Error> {
     match release_record(reach, target).await {
-        Ok(record) => Ok(record.is_some()),
+        Ok(record) => Ok(record),
         Err(Error::AccessPending(namespace)) => match namespaces.get_opt(&namespace).await {
-            Ok(None) => Ok(false),
+            Ok(None) => Ok(None),
             _ => Err(Error::AccessPending(namespace)),
         },
         Err(error) => Err(error),
@@ -209,23 +207,49 @@ pub(super) async fn replaced(
     current: &str,
 ) -> Result<(), Error> {
     let note = format!("release {} replaced by {current}", previous.release);
-    let (namespace, release) = (&previous.namespace, &previous.release);
-    uninstall(context, reach, object, namespace, release, &note).await
+    let target = Target {
+        cluster: previous.name.clone(),
+        namespace: previous.namespace.clone(),
+        release: previous.release.clone(),
+        own_namespace: false,
+    };
+    uninstall_own(context, reach, object, &target, Some(previous), &note).await
 }
 
-/// Uninstalls `release` from `namespace`, with an event saying `note` when it was there (a
-/// release that is gone already is fine).
-async fn uninstall(
+/// Uninstalls the target's release, with an event saying `note` when it was there (a release
+/// that is gone already is fine). A release the composition does not own ([`owner_of`], with
+/// `recorded` its status entry for the target) is left as it is, with a warning event.
+async fn uninstall_own(
     context: &Context,
     reach: &Reach,
     object: &DynamicObject,
-    namespace: &str,
-    release: &str,
+    target: &Target,
+    recorded: Option<&ClusterStatus>,
     note: &str,
 ) -> Result<(), Error> {
+    let record = release_record(reach, target).await?;
+    let uid = object.uid().unwrap_or_default();
+    if owner_of(record.as_ref(), recorded, &uid, target) == Owner::Another {
+        let note = format!(
+            "{} belongs to another composition or was not made by compositor; left as it is",
+            release_place(target)
+        );
+        publish(
+            context,
+            object,
+            EventType::Warning,
+            "ReleaseOwnedByAnother",
+            &note,
+        )
+        .await;
+        return Ok(());
+    }
     let existed = context
         .helm
-        .uninstall(&helm_target(reach, namespace)?, release)
+        .uninstall(
+            &helm_target(context, reach, &target.namespace)?,
+            &target.release,
+        )
         .await
         .map_err(|e| Error::Helm(HelmStep::Uninstall, e))?;
     if existed {

@@ -29,6 +29,10 @@ pub enum Error {
     /// The rendered manifest is not a list of objects.
     #[error(transparent)]
     Manifest(#[from] helm::ManifestError),
+    /// The render with these values is larger than a release may be, or took more memory than
+    /// a Helm process may.
+    #[error("{0}")]
+    TooLarge(String),
     /// The chart would write objects this controller may not write.
     #[error("{0}")]
     PermissionsMissing(String),
@@ -36,6 +40,31 @@ pub enum Error {
     /// once it sees the composition).
     #[error("waiting for access to namespace {0}, which the operator grants for each composition")]
     AccessPending(String),
+    /// `placement.namespace: CompositionName` names a namespace no composition may have.
+    #[error(
+        "namespace {0} is reserved (Kubernetes' own, the operator's or the definition's) and is never a composition's own namespace: rename the composition"
+    )]
+    NamespaceReserved(String),
+    /// The composition's own namespace exists but was not made for it.
+    #[error(
+        "namespace {0} exists and was not created for this composition, so compositor installs nothing there: rename the composition"
+    )]
+    NamespaceNotOwned(String),
+    /// The chart, with these values, writes into namespaces that are not the composition's.
+    #[error(
+        "the chart with these values writes into namespace {0}, which is not this composition's: it may write only into {1} (its release namespace, the chart's own with its default values, and the definition's spec.permissions.namespaces)"
+    )]
+    NamespaceNotAllowed(String, String),
+    /// The chart, with these values, binds roles to subjects that are not the composition's.
+    #[error(
+        "the chart with these values binds roles to subjects that are not ServiceAccounts of this composition's namespaces: {0}"
+    )]
+    BindingNotAllowed(String),
+    /// The release belongs to another composition, or was made without compositor.
+    #[error(
+        "{0} belongs to another composition or was not made by compositor; it is left as it is: choose another release name (annotation compositor.dev/release-name)"
+    )]
+    ReleaseOwnedByAnother(String),
     /// A Helm operation on the release failed.
     #[error("{0} failed")]
     Helm(HelmStep, #[source] helm::Error),
@@ -63,11 +92,20 @@ pub enum Error {
 
 impl Error {
     /// A failed Helm step; a refusal by the authorizer is a permission problem, which retrying
-    /// does not fix, and neither does a chart that does not render with these values.
-    pub(super) fn from_helm(step: HelmStep, error: helm::Error) -> Error {
-        if error.is_render_failure() {
+    /// does not fix, and neither does a chart that does not render with these values. With
+    /// `withhold`, Helm's own words are left out ([`helm::Error::withheld`]).
+    pub(super) fn from_helm(step: HelmStep, error: helm::Error, withhold: bool) -> Error {
+        let render_failure = error.is_render_failure();
+        let forbidden = error.is_forbidden();
+        let error = match withhold {
+            true => error.withheld(),
+            false => error,
+        };
+        if let helm::Error::OutOfMemory { .. } = error {
+            Error::TooLarge(error.to_string())
+        } else if render_failure {
             Error::Render(error)
-        } else if error.is_forbidden() {
+        } else if forbidden {
             Error::PermissionsMissing(format!(
                 "{step} was refused: {}",
                 crate::runtime::error_message(&error)
@@ -85,7 +123,13 @@ impl Error {
             Error::InvalidValues(_) => "InvalidValues",
             Error::ReleaseName(_) => "InvalidReleaseName",
             Error::Render(_) | Error::Manifest(_) => "RenderFailed",
+            Error::TooLarge(_) => "RenderTooLarge",
             Error::PermissionsMissing(_) => "PermissionsMissing",
+            Error::ReleaseOwnedByAnother(_) => "ReleaseOwnedByAnother",
+            Error::NamespaceReserved(_) => "NamespaceReserved",
+            Error::NamespaceNotAllowed(..) => "NamespaceNotAllowed",
+            Error::BindingNotAllowed(_) => "BindingNotAllowed",
+            Error::NamespaceNotOwned(_) => "NamespaceNotOwned",
             Error::AccessPending(_) => "AccessPending",
             Error::Helm(step, _) => step.reason(),
             Error::Kubeconfig(_) => "CredentialsUnusable",
@@ -104,7 +148,13 @@ impl Error {
                 | Error::ReleaseName(_)
                 | Error::Render(_)
                 | Error::Manifest(_)
+                | Error::TooLarge(_)
                 | Error::PermissionsMissing(_)
+                | Error::ReleaseOwnedByAnother(_)
+                | Error::NamespaceReserved(_)
+                | Error::NamespaceNotOwned(_)
+                | Error::NamespaceNotAllowed(..)
+                | Error::BindingNotAllowed(_)
                 | Error::ClusterNotPlaced(..)
         )
     }

@@ -84,13 +84,25 @@ fn serves(definition: &CompositionDefinition, version: &str) -> bool {
 pub(super) struct Chart {
     /// The chart.
     pub fetched: Fetched,
+    /// Whether a template of the chart or its subcharts calls `lookup`, so that a render reads
+    /// the cluster whatever the values.
+    pub looks_up: bool,
     validator: schema::PackageValidator,
 }
 
 impl Chart {
     fn new(fetched: Fetched) -> Result<Self, Error> {
         let validator = schema::PackageValidator::new(&fetched.package)?;
-        Ok(Chart { fetched, validator })
+        let looks_up = fetched
+            .package
+            .all_templates()
+            .iter()
+            .any(|template| template.content.contains("lookup"));
+        Ok(Chart {
+            fetched,
+            looks_up,
+            validator,
+        })
     }
 
     /// Every way `values`, over the chart's defaults, break the chart's schemas.

@@ -65,8 +65,18 @@ pub fn kubeconfig_for(config: &Config, namespace: &str) -> Result<String, Error>
 }
 
 /// The `user` of the kubeconfig: the client's bearer token (inline or from its file), else its
-/// client certificate and key, as the kubeconfig it was loaded from gave them.
+/// client certificate and key, as the kubeconfig it was loaded from gave them; and whom it
+/// impersonates, if anyone.
 fn credentials(config: &Config) -> Result<Value, Error> {
+    let mut user = authentication(config)?;
+    if let Some(identity) = &config.auth_info.impersonate {
+        user["as"] = json!(identity);
+    }
+    Ok(user)
+}
+
+/// The client's bearer token (inline or from its file), else its client certificate and key.
+fn authentication(config: &Config) -> Result<Value, Error> {
     let auth = &config.auth_info;
     if let Some(token) = &auth.token {
         return Ok(json!({"token": token.expose_secret()}));

@@ -13,6 +13,7 @@
 
 mod access;
 mod cleanup;
+mod confinement;
 mod error;
 mod handover;
 mod inputs;
@@ -30,6 +31,7 @@ pub use kubeconfig::kubeconfig_for;
 pub use values::{fingerprint, merged_over, release_name, values_of};
 pub use watch::run;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -385,14 +387,15 @@ async fn install(
     let values = inputs::checked_values(object, &chart)?;
     let placement = &definition.spec.placement;
     let clusters = context.selected_clusters(placement)?;
-    let targets = placement::targets(object, placement, &clusters)?;
+    let targets = placement::targets(object, placement, &clusters, &context.reserved())?;
+    let withhold = chart.looks_up || values::holds_templates(&values);
+    let writable = confinement::writable_patterns(definition, &context.config.version);
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
-    let outcomes = futures::future::join_all(
-        targets
-            .iter()
-            .map(|target| release_on(object, context, &chart.fetched, &values, target, &shared)),
-    )
+    let outcomes = futures::future::join_all(targets.iter().map(|target| {
+        let inputs = (&chart.fetched, &values, withhold, &writable);
+        release_on(object, context, inputs, target, &shared)
+    }))
     .await;
     drop(shared);
     let mut first_failure = None;
@@ -419,12 +422,20 @@ async fn install(
     }
 }
 
+/// What each target's release is made of: the chart, the values, whether Helm's words are
+/// withheld, and the namespaces a release may write into besides its own.
+type ReleaseInputs<'a> = (
+    &'a crate::chart::Fetched,
+    &'a serde_json::Value,
+    bool,
+    &'a BTreeSet<String>,
+);
+
 /// The release on one target, once its cluster is reached.
 async fn release_on(
     object: &DynamicObject,
     context: &Context,
-    chart: &crate::chart::Fetched,
-    values: &serde_json::Value,
+    (chart, values, withhold, writable): ReleaseInputs<'_>,
     target: &placement::Target,
     writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
@@ -436,6 +447,8 @@ async fn release_on(
         values,
         target,
         reach: &reach,
+        withhold,
+        writable,
     };
     let outcome = release
         .reconcile(writer)

@@ -7,7 +7,10 @@ use kube::core::DynamicObject;
 
 use super::Error;
 use super::values::release_name;
-use crate::api::{ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION};
+use crate::api::{
+    ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION,
+    is_reserved_namespace,
+};
 use crate::crd::CLUSTER_REF;
 
 /// Name of the management cluster in `status.clusters`.
@@ -22,21 +25,31 @@ pub struct Target {
     pub namespace: String,
     /// Helm release name.
     pub release: String,
+    /// Whether the namespace is one of the composition's own (`CompositionName`), which only a
+    /// namespace made for it may be.
+    pub own_namespace: bool,
+}
+
+impl Target {
     /// Whether the controller creates the namespace there (and deletes it with the release):
     /// a namespace of its own on a remote cluster; on the management cluster the operator
     /// creates it.
-    pub creates_namespace: bool,
+    pub fn creates_namespace(&self) -> bool {
+        self.own_namespace && self.cluster != LOCAL_CLUSTER
+    }
 }
 
 /// The targets of `object` under the definition's `placement`, one per cluster of `clusters`
 /// (the ones the placement selects), or only the one `spec.clusterRef.name` names. The namespace
 /// is the composition's, or its name for a namespace of its own; the release is named by the
 /// `compositor.dev/release-name` annotation, else after the object. A release name Helm would
-/// refuse is an error here, before any Helm call.
+/// refuse is an error here, before any Helm call, and so is a namespace of its own that is
+/// reserved ([`is_reserved_namespace`], with `reserved` besides Kubernetes' own).
 pub fn targets(
     object: &DynamicObject,
     placement: &Placement,
     clusters: &[String],
+    reserved: &[&str],
 ) -> Result<Vec<Target>, Error> {
     let release = release_name(
         object
@@ -51,6 +64,9 @@ pub fn targets(
         true => object.name_any(),
         false => object.namespace().unwrap_or_default(),
     };
+    if own_namespace && is_reserved_namespace(&namespace, reserved) {
+        return Err(Error::NamespaceReserved(namespace));
+    }
     let chosen = object.data["spec"][CLUSTER_REF]["name"].as_str();
     if let Some(name) = chosen
         && !clusters.iter().any(|cluster| cluster == name)
@@ -67,7 +83,7 @@ pub fn targets(
             cluster: cluster.clone(),
             namespace: namespace.clone(),
             release: release.clone(),
-            creates_namespace: own_namespace && cluster != LOCAL_CLUSTER,
+            own_namespace,
         })
         .collect())
 }
@@ -133,7 +149,7 @@ mod tests {
             cluster: LOCAL_CLUSTER.into(),
             namespace: namespace.into(),
             release: release.into(),
-            creates_namespace: false,
+            own_namespace: false,
         }
     }
 
@@ -147,6 +163,7 @@ mod tests {
             &composition("web", None),
             &placement(NamespacePlacement::Composition),
             &local(),
+            &[],
         );
         assert_eq!(targets.ok(), Some(vec![target("team", "web")]));
     }
@@ -157,17 +174,41 @@ mod tests {
             &composition("web", None),
             &placement(NamespacePlacement::CompositionName),
             &local(),
+            &[],
         );
-        assert_eq!(targets.ok(), Some(vec![target("web", "web")]));
+        let own = Target {
+            own_namespace: true,
+            ..target("web", "web")
+        };
+        assert_eq!(targets.ok(), Some(vec![own]));
+    }
+
+    #[test]
+    fn a_reserved_name_is_never_a_namespace_of_its_own() {
+        let own = placement(NamespacePlacement::CompositionName);
+        for name in ["kube-system", "kube-public", "default", "compositor-system"] {
+            let refused = targets(
+                &composition(name, None),
+                &own,
+                &local(),
+                &["compositor-system"],
+            );
+            assert!(
+                matches!(&refused, Err(Error::NamespaceReserved(n)) if n == name),
+                "{refused:?}"
+            );
+        }
+        let shared = placement(NamespacePlacement::Composition);
+        assert!(targets(&composition("default", None), &shared, &local(), &[]).is_ok());
     }
 
     #[test]
     fn the_annotation_names_the_release_unless_empty() {
         let composition = |release| composition("web", Some(release));
         let placement = placement(NamespacePlacement::Composition);
-        let named = targets(&composition("shop"), &placement, &local());
+        let named = targets(&composition("shop"), &placement, &local(), &[]);
         assert_eq!(named.ok(), Some(vec![target("team", "shop")]));
-        let empty = targets(&composition(""), &placement, &local());
+        let empty = targets(&composition(""), &placement, &local(), &[]);
         assert_eq!(empty.ok(), Some(vec![target("team", "web")]));
     }
 
@@ -178,6 +219,7 @@ mod tests {
             &composition("web", Some(&long)),
             &placement(NamespacePlacement::Composition),
             &local(),
+            &[],
         );
         assert!(
             matches!(&refused, Err(Error::ReleaseName(message)) if message.contains("53")),
@@ -192,11 +234,12 @@ mod tests {
             &composition("web", None),
             &placement(NamespacePlacement::CompositionName),
             &clusters,
+            &[],
         )
         .expect("targets");
         let made: Vec<(&str, bool)> = all
             .iter()
-            .map(|t| (t.cluster.as_str(), t.creates_namespace))
+            .map(|t| (t.cluster.as_str(), t.creates_namespace()))
             .collect();
         assert_eq!(made, [(LOCAL_CLUSTER, false), ("edge", true)]);
     }
@@ -207,11 +250,11 @@ mod tests {
         let mut object = composition("web", None);
         object.data = serde_json::json!({"spec": {"clusterRef": {"name": "edge"}}});
         let placement = placement(NamespacePlacement::Composition);
-        let narrowed = targets(&object, &placement, &clusters).expect("targets");
+        let narrowed = targets(&object, &placement, &clusters, &[]).expect("targets");
         assert_eq!(narrowed.len(), 1);
         assert_eq!(narrowed[0].cluster, "edge");
         object.data = serde_json::json!({"spec": {"clusterRef": {"name": "moon"}}});
-        let refused = targets(&object, &placement, &clusters);
+        let refused = targets(&object, &placement, &clusters, &[]);
         assert!(
             matches!(&refused, Err(Error::ClusterNotPlaced(name, _)) if name == "moon"),
             "{refused:?}"

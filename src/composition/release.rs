@@ -11,26 +11,31 @@
 //! grants them by name, and a refusal of one is reported as missing permissions before any
 //! release exists.
 
+use std::collections::BTreeSet;
 use std::pin::pin;
 use std::time::Duration;
 
 use futures::future::{self, Either};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::Value;
 
+use super::confinement::{self, Owner, owner_of, release_place};
 use super::placement::Target;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint, kubeconfig_for};
-use crate::api::{ClusterStatus, CompositionChart, Phase, ResourceRef};
+use crate::api::{
+    ClusterStatus, CompositionChart, NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL,
+    ResourceRef,
+};
 use crate::bundle::TypeRef;
 use crate::chart::Fetched;
 use crate::helm::{self, RenderedDocument, parse_documents};
 use crate::runtime::events::EventType;
 
-/// Helm's latest record of a release: its revision and state.
-type Record = (u64, helm::ReleaseStatus);
+use helm::Record;
 
 /// The release of one composition on one target, and what it is installed from.
 pub(super) struct Release<'a> {
@@ -46,6 +51,11 @@ pub(super) struct Release<'a> {
     pub target: &'a Target,
     /// How the target's cluster is reached.
     pub reach: &'a Reach,
+    /// Whether the render could read the cluster, so that Helm's own words are withheld.
+    pub withhold: bool,
+    /// The namespaces a release may write into besides its own, as patterns (`{release}`,
+    /// `{namespace}`): the chart's with its default values and the definition's listed ones.
+    pub writable: &'a BTreeSet<String>,
 }
 
 /// How a target's release ended, when nothing failed.
@@ -92,15 +102,20 @@ impl Release<'_> {
             let recorded = writer.recorded(&self.target.cluster).cloned();
             (recorded, writer.resources().to_vec())
         };
+        if self.target.own_namespace {
+            let uid = self.object.uid().unwrap_or_default();
+            confinement::check_own_namespace(self.reach, self.target, &uid).await?;
+        }
         // Helm's own records, read without a `helm` process.
         let live = release_record(self.reach, self.target).await?;
+        self.check_owner(live.as_ref(), recorded.as_ref())?;
         if self
             .is_up_to_date(recorded.as_ref(), live.as_ref(), &fingerprint, &resources)
             .await?
         {
             return Ok(Outcome::UpToDate);
         }
-        let helm_target = helm_target(self.reach, &self.target.namespace)?;
+        let helm_target = helm_target(self.context, self.reach, &self.target.namespace)?;
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
         let upgrade = self.gated_upgrade(&helm_target, writer);
         let note = format!("{step} {}", self.target.release);
@@ -109,6 +124,22 @@ impl Release<'_> {
             return Err(refused.into());
         }
         self.released(step, outcome, recorded, fingerprint).await
+    }
+
+    /// Refuses a release that another composition made, or that compositor did not make (an
+    /// administrator's, installed with `helm`): nothing is written to it. A release without the
+    /// owner label is this composition's only when its own status records it, as a release made
+    /// before releases carried the label.
+    fn check_owner(
+        &self,
+        live: Option<&Record>,
+        recorded: Option<&ClusterStatus>,
+    ) -> Result<(), Error> {
+        let uid = self.object.uid().unwrap_or_default();
+        match owner_of(live, recorded, &uid, self.target) {
+            Owner::Nobody | Owner::This => Ok(()),
+            Owner::Another => Err(Error::ReleaseOwnedByAnother(release_place(self.target))),
+        }
     }
 
     /// The same inputs rendered, passed the RBAC check and were installed before: nothing to do
@@ -123,9 +154,9 @@ impl Release<'_> {
         let Some(recorded) = recorded else {
             return Ok(false);
         };
-        let same_revision_deployed = live.is_some_and(|(revision, state)| {
-            *state == helm::ReleaseStatus::Deployed
-                && i64::try_from(*revision).ok() == recorded.revision
+        let same_revision_deployed = live.is_some_and(|live| {
+            live.status == helm::ReleaseStatus::Deployed
+                && i64::try_from(live.revision).ok() == recorded.revision
         });
         if recorded.fingerprint.as_deref() != Some(fingerprint)
             || recorded.release != self.target.release
@@ -149,8 +180,10 @@ impl Release<'_> {
         Option<Result<(), Error>>,
     ) {
         let mut ticket = self.context.gate.ticket();
+        let owner = self.object.uid().unwrap_or_default();
         let options = helm::UpgradeOptions {
             post_renderer: Some(ticket.renderer().clone()),
+            labels: [(RELEASE_OWNER_LABEL.to_string(), owner)].into(),
             ..Default::default()
         };
         let upgrade = self.context.helm.upgrade_install(
@@ -162,7 +195,10 @@ impl Release<'_> {
         );
         let admission = async {
             let request = ticket.request().await?;
-            let admitted = self.admit(&request.manifest, writer).await;
+            let admitted = match &request.manifest {
+                Ok(manifest) => self.admit(manifest, writer).await,
+                Err(too_large) => Err(Error::TooLarge(too_large.to_string())),
+            };
             request.answer(admitted.is_ok());
             Some(admitted)
         };
@@ -186,7 +222,7 @@ impl Release<'_> {
             .lock()
             .await
             .rendered(chart, kept_resources(&documents));
-        if self.target.creates_namespace {
+        if self.target.creates_namespace() {
             create_namespace(self.reach, &self.target.namespace, self.object).await?;
         }
         Ok(())
@@ -197,6 +233,23 @@ impl Release<'_> {
     async fn check_access(&self, documents: &[RenderedDocument]) -> Result<(), Error> {
         let context = self.context;
         let namespace = &self.target.namespace;
+        let allowed = confinement::writable_namespaces(self.writable, self.target);
+        let (client, kinds) = (&self.reach.client, &self.reach.kinds);
+        let outside = access::outside(client, kinds, documents, namespace, &allowed)
+            .await
+            .map_err(|e| Error::Kube("access review", e))?;
+        if !outside.is_empty() {
+            let outside: Vec<&str> = outside.iter().map(String::as_str).collect();
+            let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            return Err(Error::NamespaceNotAllowed(
+                outside.join(", "),
+                allowed.join(", "),
+            ));
+        }
+        let foreign = confinement::foreign_subjects(documents, namespace, &allowed);
+        if !foreign.is_empty() {
+            return Err(Error::BindingNotAllowed(foreign.join(", ")));
+        }
         let (denied, unserved) =
             access::denials(&self.reach.client, &self.reach.kinds, documents, namespace)
                 .await
@@ -220,14 +273,16 @@ impl Release<'_> {
         helm_target: &helm::Target,
         live: Option<&Record>,
     ) -> Result<HelmStep, Error> {
-        let Some((_, state)) = live else {
+        let Some(Record { status: state, .. }) = live else {
             return Ok(HelmStep::Install);
         };
         if !state.is_pending() {
             return Ok(HelmStep::Upgrade);
         }
         let release = &self.target.release;
-        let still_there = recover(self.context, helm_target, release).await?;
+        let still_there = recover(self.context, helm_target, release)
+            .await
+            .map_err(|error| Error::from_helm(HelmStep::Recover, error, self.withhold))?;
         let note = format!("release {release} was stuck in {state}; recovered");
         publish(
             self.context,
@@ -260,7 +315,7 @@ impl Release<'_> {
                 return Err(Error::AccessPending(self.target.namespace.clone()).into());
             }
             Err(error) => {
-                let error = Error::from_helm(step, error);
+                let error = Error::from_helm(step, error, self.withhold);
                 let message = crate::runtime::error_message(&error);
                 let (revision, fingerprint) = recorded
                     .map(|c| (c.revision, c.fingerprint))
@@ -351,13 +406,12 @@ fn kept_resources(documents: &[RenderedDocument]) -> Vec<ResourceRef> {
 
 /// A release stuck pending (a crash mid-operation) goes back to its last deployed revision, or
 /// away when it never deployed. Whether the release is still there.
-async fn recover(context: &Context, target: &helm::Target, release: &str) -> Result<bool, Error> {
-    let failed = |e| Error::Helm(HelmStep::Recover, e);
-    let history = context
-        .helm
-        .history(target, release)
-        .await
-        .map_err(failed)?;
+async fn recover(
+    context: &Context,
+    target: &helm::Target,
+    release: &str,
+) -> Result<bool, helm::Error> {
+    let history = context.helm.history(target, release).await?;
     let deployed = history.iter().rev().find(|r| {
         matches!(
             r.status,
@@ -369,37 +423,42 @@ async fn recover(context: &Context, target: &helm::Target, release: &str) -> Res
             context
                 .helm
                 .rollback(target, release, revision.revision)
-                .await
-                .map_err(failed)?;
+                .await?;
             Ok(true)
         }
         None => {
-            context
-                .helm
-                .uninstall(target, release)
-                .await
-                .map_err(failed)?;
+            context.helm.uninstall(target, release).await?;
             Ok(false)
         }
     }
 }
 
-/// Helm's view of `namespace` on the reached cluster, with the identity that installs there.
-pub(super) fn helm_target(reach: &Reach, namespace: &str) -> Result<helm::Target, Error> {
-    Ok(helm::Target::new(
-        kubeconfig_for(&reach.config, namespace)?,
-        namespace,
-    ))
+/// Helm's view of `namespace` on the reached cluster, with the identity that installs there:
+/// on the management cluster the release identity of `namespace`, which the controller
+/// impersonates; on a registered cluster the identity its Secret gives.
+pub(super) fn helm_target(
+    context: &Context,
+    reach: &Reach,
+    namespace: &str,
+) -> Result<helm::Target, Error> {
+    let kubeconfig = match reach.is_local() {
+        true => {
+            let mut config = (*reach.config).clone();
+            config.auth_info.impersonate = Some(context.release_identity(namespace));
+            kubeconfig_for(&config, namespace)?
+        }
+        false => kubeconfig_for(&reach.config, namespace)?,
+    };
+    Ok(helm::Target::new(kubeconfig, namespace))
 }
 
 /// Creates the release's namespace on a remote cluster, annotated as made for `object` so that
 /// it goes with the release (and only then); one that exists already is left as it is.
 async fn create_namespace(reach: &Reach, name: &str, object: &DynamicObject) -> Result<(), Error> {
     use k8s_openapi::api::core::v1::Namespace;
-    use kube::ResourceExt;
     let namespace: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "annotations": {
-            crate::api::NAMESPACE_OWNER_ANNOTATION: object.uid().unwrap_or_default(),
+            NAMESPACE_OWNER_ANNOTATION: object.uid().unwrap_or_default(),
         }},
     }))
     .map_err(|e| Error::Kube("describe the release namespace", kube::Error::SerdeError(e)))?;

@@ -15,6 +15,19 @@ pub fn values_of(spec: Option<&Value>) -> Value {
     Value::Object(values)
 }
 
+/// Whether a string in `values` (a key or a value) holds a template action, which a chart's
+/// `tpl` would run: such values can make the render read the cluster (`lookup`).
+pub fn holds_templates(values: &Value) -> bool {
+    match values {
+        Value::String(text) => text.contains("{{"),
+        Value::Array(items) => items.iter().any(holds_templates),
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key.contains("{{") || holds_templates(value)),
+        _ => false,
+    }
+}
+
 /// `values` merged over the chart's defaults the way Helm merges them: objects deeply, anything
 /// else replaced, and a `null` removes the default.
 pub fn merged_over(defaults: &Value, values: &Value) -> Value {
@@ -101,6 +114,15 @@ mod tests {
         let spec = json!({"replicaCount": 2, "clusterRef": {"name": "edge"}});
         assert_eq!(values_of(Some(&spec)), json!({"replicaCount": 2}));
         assert_eq!(values_of(None), json!({}));
+    }
+
+    #[test]
+    fn template_actions_are_found_anywhere_in_the_values() {
+        assert!(!holds_templates(
+            &json!({"a": ["x", {"b": "{ not }"}], "n": 1})
+        ));
+        assert!(holds_templates(&json!({"a": ["x", {"b": "{{ lookup }}"}]})));
+        assert!(holds_templates(&json!({"{{ .Release.Name }}": 1})));
     }
 
     #[test]

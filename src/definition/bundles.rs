@@ -139,8 +139,18 @@ async fn apply_version(
     let placement = spec.placement.namespace;
     let footprint = chart_footprint(context, chart).await;
     let mut warnings = footprint.warnings.clone();
+    let mut releases = used.releases(placement);
+    let mut asked_namespaces = BTreeSet::new();
     if placement == NamespacePlacement::CompositionName {
-        warnings.extend(grants::ensure_release_namespaces(&context.client, used).await);
+        let definition_namespace = namespace_of(definition);
+        let reserved = [
+            definition_namespace.as_str(),
+            context.config.clusters_namespace.as_str(),
+        ];
+        let own = grants::ensure_release_namespaces(&context.client, used, &reserved).await;
+        releases.retain(|place| own.made.contains(&place.namespace));
+        asked_namespaces = own.asked;
+        warnings.extend(own.warnings);
     }
     let controller = ControllerBundle {
         resource,
@@ -151,9 +161,10 @@ async fn apply_version(
             clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
                 .then(|| context.config.clusters_namespace.clone()),
             footprint: footprint.footprint.clone(),
-            releases: used.releases(placement),
+            releases,
             listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
             owns_namespaces: placement == NamespacePlacement::CompositionName,
+            asked_namespaces,
             secrets: referenced_secrets(definition, context)?,
             config_maps: referenced_config_maps(definition),
         },

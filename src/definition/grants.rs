@@ -14,7 +14,7 @@ use serde_json::json;
 use super::{Error, objects};
 use crate::api::{
     MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
-    RELEASE_NAME_ANNOTATION, VERSION_LABEL,
+    RELEASE_NAME_ANNOTATION, VERSION_LABEL, is_reserved_namespace,
 };
 use crate::bundle::ReleasePlace;
 use crate::crd::Names;
@@ -166,44 +166,115 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
         });
 }
 
-/// Creates the namespace of each composition placed in a namespace of its own, marked as
-/// created for it (so that only such a namespace goes with the release). One that cannot be
-/// created is a warning: it concerns that composition alone.
-pub async fn ensure_release_namespaces(client: &Client, compositions: &VersionUse) -> Vec<String> {
-    let api = Api::<Namespace>::all(client.clone());
-    let mut warnings = Vec::new();
-    for composition in compositions.compositions.iter().filter(|c| !c.deleting) {
-        let namespace: Namespace = match serde_json::from_value(json!({
-            "metadata": {
-                "name": composition.name,
-                "labels": {"app.kubernetes.io/managed-by": "compositor"},
-                "annotations": {NAMESPACE_OWNER_ANNOTATION: composition.uid},
-            }
-        })) {
-            Ok(namespace) => namespace,
-            Err(error) => {
-                warnings.push(format!("namespace {}: {error}", composition.name));
-                continue;
-            }
-        };
-        match api.create(&PostParams::default(), &namespace).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => warnings.push(format!(
-                "cannot create namespace {} for {}/{}: {}",
-                composition.name,
-                composition.namespace,
-                composition.name,
-                crate::runtime::error_message(&error)
-            )),
-        }
-    }
-    warnings
+/// The namespaces of compositions placed in a namespace of their own.
+#[derive(Debug, Default)]
+pub struct OwnNamespaces {
+    /// Those made for their composition: only there is anything granted.
+    pub made: BTreeSet<String>,
+    /// Every one asked for, made for its composition or not.
+    pub asked: BTreeSet<String>,
+    /// Why some are not granted.
+    pub warnings: Vec<String>,
 }
 
-/// Applies `objects` in order. A Role or RoleBinding in a namespace other than the
-/// definition's that cannot be applied (the namespace does not exist, or is being deleted) is
-/// a warning, not a failure: it concerns only what may happen there.
+/// Makes the namespace of each composition placed in a namespace of its own, marked as made for
+/// it. A namespace that exists already is the composition's only if it was made for it: one
+/// that was there before, or made for another composition of the same name, is someone else's,
+/// and so is a reserved one (Kubernetes' own and `reserved`); nothing is granted there and the
+/// controller says so on the composition. One list of the namespaces compositor made, then a
+/// create for each one missing.
+pub async fn ensure_release_namespaces(
+    client: &Client,
+    compositions: &VersionUse,
+    reserved: &[&str],
+) -> OwnNamespaces {
+    let api = Api::<Namespace>::all(client.clone());
+    let mut own = OwnNamespaces::default();
+    let made_for: BTreeMap<String, String> = match api
+        .list_metadata(&ListParams::default().labels(MANAGED_BY))
+        .await
+    {
+        Ok(listed) => listed
+            .items
+            .into_iter()
+            .map(|namespace| {
+                let uid = namespace
+                    .annotations()
+                    .get(NAMESPACE_OWNER_ANNOTATION)
+                    .cloned();
+                (namespace.name_any(), uid.unwrap_or_default())
+            })
+            .collect(),
+        Err(error) => {
+            let error = crate::runtime::error_message(&error);
+            own.warnings.push(format!(
+                "cannot list the namespaces compositor made: {error}"
+            ));
+            return own;
+        }
+    };
+    for composition in &compositions.compositions {
+        let name = &composition.name;
+        let owner = format!("{}/{}", composition.namespace, composition.name);
+        own.asked.insert(name.clone());
+        if is_reserved_namespace(name, reserved) {
+            own.warnings.push(format!(
+                "{owner}: namespace {name} is reserved and is never a composition's own"
+            ));
+            continue;
+        }
+        match made_for.get(name) {
+            Some(uid) if *uid == composition.uid => {
+                own.made.insert(name.clone());
+            }
+            Some(_) => own.warnings.push(format!(
+                "{owner}: namespace {name} was made for another composition; nothing is granted there"
+            )),
+            None if composition.deleting => {}
+            None => match create_namespace(&api, composition).await {
+                Ok(true) => {
+                    own.made.insert(name.clone());
+                }
+                Ok(false) => own.warnings.push(format!(
+                    "{owner}: namespace {name} existed before and is not the composition's; nothing is granted there"
+                )),
+                Err(error) => own.warnings.push(format!(
+                    "cannot create namespace {name} for {owner}: {}",
+                    crate::runtime::error_message(&error)
+                )),
+            },
+        }
+    }
+    own
+}
+
+/// The label on every namespace compositor makes.
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by=compositor";
+
+/// Creates `composition`'s own namespace, marked as made for it; `false` when a namespace of
+/// that name exists already.
+async fn create_namespace(
+    api: &Api<Namespace>,
+    composition: &CompositionUse,
+) -> Result<bool, kube::Error> {
+    let namespace: Namespace = serde_json::from_value(json!({
+        "metadata": {
+            "name": composition.name,
+            "labels": {"app.kubernetes.io/managed-by": "compositor"},
+            "annotations": {NAMESPACE_OWNER_ANNOTATION: composition.uid},
+        }
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Applies `objects` in order. A Role, RoleBinding or release identity in a namespace other
+/// than the definition's that cannot be applied (the namespace does not exist, or is being
+/// deleted) is a warning, not a failure: it concerns only what may happen there.
 pub async fn apply_objects(
     client: &Client,
     objects: Vec<DynamicObject>,
@@ -217,7 +288,7 @@ pub async fn apply_objects(
             .map(|t| t.kind.clone())
             .unwrap_or_default();
         let namespace = object.namespace();
-        let elsewhere = matches!(kind.as_str(), "Role" | "RoleBinding")
+        let elsewhere = matches!(kind.as_str(), "Role" | "RoleBinding" | "ServiceAccount")
             && namespace.as_deref() != Some(definition_namespace);
         match objects::apply(client, object).await {
             Ok(_) => {}

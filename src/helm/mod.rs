@@ -20,19 +20,25 @@
 //! other calls work with Helm 3.8 and later. Helm runs with an empty environment, so a
 //! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
+mod error;
 mod manifest;
 mod post_render;
 mod release;
 mod storage;
 mod workspace;
 
+pub use error::Error;
 pub use manifest::{
     ManifestError, RenderedDocument, RenderedObject, parse_documents, parse_manifest,
 };
-pub use post_render::{Gate, PostRenderer, Request, SUBCOMMAND as POST_RENDER, Ticket, relay};
+pub use post_render::{
+    Gate, MAX_MANIFEST, ManifestTooLarge, PostRenderer, Request, SUBCOMMAND as POST_RENDER, Ticket,
+    relay,
+};
 pub use release::{Release, ReleaseStatus, Revision};
-pub use storage::latest_record;
+pub use storage::{Record, latest_record};
 
+use error::shorten;
 use workspace::{Args, PLUGINS, Workspace, post_renderer_args};
 
 use std::ffi::OsStr;
@@ -46,66 +52,13 @@ use tokio::process::Command;
 
 use crate::runtime::{HelmOutcome, Metrics};
 
-/// Longest part of Helm's stderr kept in an error message.
-const MESSAGE_LIMIT: usize = 1024;
-
-/// A failed Helm call.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// No `helm` binary could be found.
-    #[error("helm not found: pass --helm, set HELM_BIN, or put helm on PATH")]
-    NotFound,
-    /// The call could not be started or its files written.
-    #[error("cannot run helm {verb}")]
-    Spawn {
-        /// The helm subcommand.
-        verb: &'static str,
-        /// What went wrong.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The call ran longer than the engine's timeout and was killed.
-    #[error("helm {verb} timed out after {timeout:?}")]
-    Timeout {
-        /// The helm subcommand.
-        verb: &'static str,
-        /// The limit.
-        timeout: Duration,
-    },
-    /// Helm exited non-zero; `message` is its stderr, shortened.
-    #[error("helm {verb} failed: {message}")]
-    Failed {
-        /// The helm subcommand.
-        verb: &'static str,
-        /// Helm's own words.
-        message: String,
-    },
-    /// Helm succeeded but printed something other than the JSON it documents.
-    #[error("helm {verb} printed unexpected output")]
-    Output {
-        /// The helm subcommand.
-        verb: &'static str,
-        /// Why it does not parse.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-impl Error {
-    /// Whether Kubernetes refused Helm a request (RBAC), which no retry fixes.
-    pub fn is_forbidden(&self) -> bool {
-        matches!(self, Error::Failed { message, .. } if message.contains(" is forbidden: "))
-    }
-
-    /// A reason for a Kubernetes condition.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::NotFound | Error::Spawn { .. } => "HelmUnavailable",
-            Error::Timeout { .. } => "HelmTimeout",
-            Error::Failed { .. } | Error::Output { .. } => "HelmFailed",
-        }
-    }
-}
+/// The address space a `helm` process may take. Go reserves about 600 MiB of it at start, so
+/// this leaves Helm some 400 MiB of heap: several times what the largest charts tried need
+/// (cert-manager's render peaks under 60 MiB), while a render that values blow up (a 150 MB
+/// document) stops at a few hundred MiB instead of taking the controller's memory with it.
+pub(crate) const ADDRESS_SPACE_LIMIT: u64 = 1 << 30;
+/// Where Go's collector starts working hard, well below [`ADDRESS_SPACE_LIMIT`].
+const GO_MEMORY_LIMIT: &str = "384MiB";
 
 /// The cluster and namespace a call talks to.
 ///
@@ -152,6 +105,9 @@ pub struct UpgradeOptions {
     /// Run the rendered manifest through this before anything is written (a [`Gate`]'s);
     /// needs Helm 3.10 or later.
     pub post_renderer: Option<PostRenderer>,
+    /// Labels of the release, kept on each of Helm's records of it (`--labels`, Helm 3.13 or
+    /// later): keys and values must be label-safe, they are passed as they are.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Revisions Helm keeps per release; older ones are pruned.
@@ -258,6 +214,14 @@ impl Engine {
         }
         if options.wait {
             args.push("--wait");
+        }
+        if !options.labels.is_empty() {
+            let labels: Vec<String> = options
+                .labels
+                .iter()
+                .map(|(key, value)| format!("{key}={value}"))
+                .collect();
+            args.flag("--labels", labels.join(","));
         }
         let helm_4 = self.server_side_arg(&mut args).await?;
         if let Some(renderer) = &options.post_renderer {
@@ -416,10 +380,12 @@ impl Engine {
             .env("HELM_DATA_HOME", home.join("data"))
             .env("HELM_PLUGINS", home.join(PLUGINS))
             .env("KUBECONFIG", home.join("kubeconfig"))
+            .env("GOMEMLIMIT", GO_MEMORY_LIMIT)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        limit_address_space(&mut command);
         let child = command
             .spawn()
             .map_err(|source| Error::Spawn { verb, source })?;
@@ -430,41 +396,33 @@ impl Engine {
                 timeout: self.timeout,
             })?
             .map_err(|source| Error::Spawn { verb, source })?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else if stderr.contains("fatal error: out of memory") {
+            Err(Error::OutOfMemory { verb })
         } else {
             Err(Error::Failed {
                 verb,
-                message: shorten(&String::from_utf8_lossy(&output.stderr)),
+                message: shorten(&stderr),
             })
         }
     }
 }
 
-impl Error {
-    /// Whether Helm stopped at rendering the chart: a template that does not parse, a failed
-    /// `fail` or `required`, a function call that failed, or output that is not YAML.
-    pub fn is_render_failure(&self) -> bool {
-        const SIGNS: [&str; 4] = [
-            "parse error at (",
-            "execution error at (",
-            "template: ",
-            "YAML parse error on ",
-        ];
-        matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
-    }
-
-    /// Whether Helm was refused reading its own release records, which it does before it
-    /// renders or writes anything.
-    pub fn is_records_forbidden(&self) -> bool {
-        self.is_forbidden()
-            && matches!(self, Error::Failed { message, .. } if message.contains("failed to query with labels"))
-    }
-
-    /// Helm's answer for a release that does not exist (`release: not found`, also at the end of
-    /// `uninstall: Release not loaded: NAME: release: not found`).
-    fn is_release_not_found(&self) -> bool {
-        matches!(self, Error::Failed { message, .. } if message.ends_with("release: not found"))
+/// Gives the child process at most [`ADDRESS_SPACE_LIMIT`] of address space.
+fn limit_address_space(command: &mut Command) {
+    let limit = libc::rlimit {
+        rlim_cur: ADDRESS_SPACE_LIMIT,
+        rlim_max: ADDRESS_SPACE_LIMIT,
+    };
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, and reads its own copy of `limit`.
+    unsafe {
+        command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
     }
 }
 
@@ -486,12 +444,6 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
             .map(|dir| dir.join(name))
             .find(|p| p.is_file())
     })
-}
-
-/// Helm's stderr without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
-fn shorten(stderr: &str) -> String {
-    let message = stderr.trim().trim_start_matches("Error: ").trim();
-    crate::runtime::shorten(message, MESSAGE_LIMIT)
 }
 
 #[cfg(test)]

@@ -32,6 +32,16 @@ pub(super) const PLUGIN: &str = "compositor-gate";
 const ALLOW: &str = "allow";
 const DENY: &str = "deny";
 
+/// The largest manifest the gate reads. Helm keeps each revision's manifest, compressed, in one
+/// Secret of at most 1 MiB, so a larger manifest could not be recorded anyway; the cap keeps a
+/// render that values blow up out of the controller's memory.
+pub const MAX_MANIFEST: u64 = 16 << 20;
+
+/// A manifest over [`MAX_MANIFEST`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the rendered manifest is over {} MiB, more than a release can hold", MAX_MANIFEST >> 20)]
+pub struct ManifestTooLarge;
+
 /// The tickets waiting for their manifest, by number.
 type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Request>>>>;
 
@@ -64,8 +74,8 @@ pub struct Ticket {
 
 /// A manifest Helm is about to write, waiting for its verdict.
 pub struct Request {
-    /// The rendered manifest, templates and hooks.
-    pub manifest: String,
+    /// The rendered manifest, templates and hooks, unless it is too large to read.
+    pub manifest: Result<String, ManifestTooLarge>,
     verdict: oneshot::Sender<bool>,
 }
 
@@ -169,10 +179,17 @@ async fn serve(stream: tokio::net::UnixStream, waiting: Waiting) {
     let mut manifest = String::new();
     let read = async {
         reader.read_line(&mut line).await?;
-        reader.read_to_string(&mut manifest).await
+        let mut body = (&mut reader).take(MAX_MANIFEST + 1);
+        body.read_to_string(&mut manifest).await
     };
     let verdict = match read.await {
-        Ok(_) => verdict(&waiting, line.trim(), manifest).await,
+        Ok(read) => {
+            let manifest = match read as u64 > MAX_MANIFEST {
+                true => Err(ManifestTooLarge),
+                false => Ok(manifest),
+            };
+            verdict(&waiting, line.trim(), manifest).await
+        }
         Err(error) => {
             tracing::debug!(%error, "a post-render relay failed");
             false
@@ -183,7 +200,11 @@ async fn serve(stream: tokio::net::UnixStream, waiting: Waiting) {
 }
 
 /// The holder's verdict on `manifest`; a ticket nobody holds is turned away.
-async fn verdict(waiting: &Waiting, number: &str, manifest: String) -> bool {
+async fn verdict(
+    waiting: &Waiting,
+    number: &str,
+    manifest: Result<String, ManifestTooLarge>,
+) -> bool {
     let holder = number.parse().ok().and_then(|n| lock(waiting).remove(&n));
     let Some(holder) = holder else {
         return false;
@@ -247,7 +268,7 @@ mod tests {
         let relayed = relayed(&gate, &ticket, "kind: A\n---\nkind: B\n");
         let holder = async {
             let request = ticket.request().await.unwrap();
-            assert_eq!(request.manifest, "kind: A\n---\nkind: B\n");
+            assert_eq!(request.manifest.as_deref(), Ok("kind: A\n---\nkind: B\n"));
             request.answer(true);
         };
         let (relayed, ()) = tokio::join!(relayed, holder);

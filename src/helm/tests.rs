@@ -1,3 +1,4 @@
+use super::error::MESSAGE_LIMIT;
 use super::*;
 
 #[test]
@@ -73,5 +74,43 @@ fn a_target_does_not_print_its_kubeconfig() {
     assert!(
         !printed.contains("s3cret") && printed.contains("team-a"),
         "{printed}"
+    );
+}
+
+#[test]
+fn a_withheld_message_keeps_where_the_render_stopped_and_nothing_it_read() {
+    let failed = |message: &str| Error::Failed {
+        verb: "upgrade",
+        message: message.to_string(),
+    };
+    let from_tpl = failed(
+        r#"UPGRADE FAILED: template: leak/templates/cm.yaml:6:12: executing "leak/templates/cm.yaml" at <tpl .Values.note .>: error calling tpl: error during tpl function execution for "{{ fail (lookup \"v1\" \"Secret\" \"b\" \"db\").data.password }}": template: gotpl:1:3: executing "gotpl" at <fail>: error calling fail: czNjcjN0"#,
+    );
+    assert!(from_tpl.is_render_failure());
+    let withheld = from_tpl.withheld().to_string();
+    assert!(!withheld.contains("czNjcjN0"), "{withheld}");
+    assert!(
+        withheld.contains("at leak/templates/cm.yaml:6:12;"),
+        "{withheld}"
+    );
+    let from_fail =
+        failed("INSTALLATION FAILED: execution error at (leak/templates/_helpers.tpl:3:4): s3cr3t");
+    let withheld = from_fail.withheld().to_string();
+    assert!(!withheld.contains("s3cr3t"), "{withheld}");
+    assert!(withheld.contains("at leak/templates/_helpers.tpl:3:4;"));
+    let from_apply =
+        failed(r#"UPGRADE FAILED: ConfigMap "x" is invalid: data[k]: Invalid value: "s3cr3t""#);
+    let withheld = from_apply.withheld().to_string();
+    assert!(
+        !withheld.contains("s3cr3t") && withheld.contains("stopped;"),
+        "{withheld}"
+    );
+    let timeout = Error::Timeout {
+        verb: "upgrade",
+        timeout: Duration::from_secs(1),
+    };
+    assert_eq!(
+        timeout.withheld().to_string(),
+        "helm upgrade timed out after 1s"
     );
 }

@@ -689,3 +689,76 @@ impl Drop for Remote {
         }
     }
 }
+
+/// Packages a chart written by the test into the test bed's repository directory; returns its URL.
+pub fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
+    let source = tempfile::tempdir().unwrap();
+    let chart = source.path().join(name);
+    for (path, content) in files {
+        let file = chart.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+    let repo = std::path::Path::new(&env("TESTBED_DIR")).join("repo");
+    Helm::new().ok(
+        &[
+            "package",
+            chart.to_str().unwrap(),
+            "-d",
+            repo.to_str().unwrap(),
+        ],
+        None,
+    );
+    format!("{}/{name}-0.1.0.tgz", env("COMPOSITOR_TEST_REPO_URL"))
+}
+
+/// An operator watching a namespace of its own, which holds the test repository's password,
+/// and a CRD group of its own for the definitions there.
+pub struct OperatorBed {
+    /// Admin client.
+    pub client: Client,
+    /// The watched namespace.
+    pub namespace: String,
+    /// `<namespace>.compositor.dev`.
+    pub group: String,
+    /// The operator.
+    pub operator: Process,
+}
+
+impl OperatorBed {
+    /// Starts one in a new namespace named after `prefix`.
+    pub async fn new(prefix: &str) -> OperatorBed {
+        let client = client().await;
+        install_crds(&client).await;
+        let namespace = namespace(&client, prefix).await;
+        repo_password(&client, &namespace).await;
+        OperatorBed {
+            group: format!("{namespace}.compositor.dev"),
+            operator: Process::operator(&namespace),
+            client,
+            namespace,
+        }
+    }
+}
+
+/// Applies definition `namespace/name` with `spec` (server-side, as `kubectl apply` would).
+pub async fn apply_definition(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
+    use kube::api::{Patch, PatchParams};
+    let definition = serde_json::json!({
+        "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
+        "metadata": {"name": name}, "spec": spec,
+    });
+    Api::<compositor::api::CompositionDefinition>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&definition),
+        )
+        .await
+        .expect("apply definition");
+}

@@ -121,6 +121,23 @@ impl Ask {
     }
 }
 
+/// The namespaces `documents` write into when installed into `namespace` that are not among
+/// `allowed`: whatever the controller may do there, they are not this composition's.
+pub async fn outside(
+    client: &Client,
+    kinds: &Kinds,
+    documents: &[RenderedDocument],
+    namespace: &str,
+    allowed: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, kube::Error> {
+    let (asks, _) = asks(client, kinds, documents, namespace).await?;
+    Ok(asks
+        .into_iter()
+        .filter_map(|ask| ask.namespace)
+        .filter(|namespace| !allowed.contains(namespace))
+        .collect())
+}
+
 /// What the controller may not write of `documents` when installed into `namespace`, and the
 /// kinds neither the cluster nor the chart's own CRDs serve. Every object is asked for `create`
 /// (which Kubernetes cannot limit by name), and `patch` and `delete` by name.

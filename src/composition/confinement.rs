@@ -1,0 +1,313 @@
+//! What keeps a composition to what is its own: the identity Helm runs as on the management
+//! cluster (the release identity of the release namespace, which the controller impersonates),
+//! the namespaces its release may write into, and whose releases and namespaces are its own.
+//! A release belongs to the composition whose UID its records carry; a namespace of its own
+//! (`CompositionName`) is one made for it, never a reserved one.
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use kube::api::Api;
+
+use super::placement::Target;
+use super::reach::Reach;
+use super::{Context, Error};
+use crate::api::{
+    ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, RELEASE_OWNER_LABEL,
+};
+use crate::helm::{Record, RenderedDocument};
+
+impl Context {
+    /// The username of the release identity of `namespace` on the management cluster, as which
+    /// Helm runs there.
+    pub(super) fn release_identity(&self, namespace: &str) -> String {
+        let resource = crate::bundle::GeneratedResource {
+            group: self.config.group.clone(),
+            version: self.config.version.clone(),
+            plural: self.config.resource.clone(),
+        };
+        let name = crate::bundle::release_identity(&self.config.definition_namespace, &resource);
+        format!("system:serviceaccount:{namespace}:{name}")
+    }
+
+    /// Namespaces besides Kubernetes' own that are never a composition's own: the
+    /// definition's, and the operator's when the controller knows it (clusters are registered
+    /// there).
+    pub(super) fn reserved(&self) -> Vec<&str> {
+        let mut reserved = vec![self.config.definition_namespace.as_str()];
+        reserved.extend(self.config.clusters_namespace.as_deref());
+        reserved
+    }
+}
+
+/// Whose a release is.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Owner {
+    /// There is no release.
+    Nobody,
+    /// The composition's own.
+    This,
+    /// Another composition's, or made without compositor.
+    Another,
+}
+
+/// Whose the target's release is, from Helm's latest record of it, the composition's `uid` and
+/// what the composition's status (which only its controller writes) records for the target.
+pub(super) fn owner_of(
+    live: Option<&Record>,
+    recorded: Option<&ClusterStatus>,
+    uid: &str,
+    target: &Target,
+) -> Owner {
+    let Some(live) = live else {
+        return Owner::Nobody;
+    };
+    match live.labels.get(RELEASE_OWNER_LABEL) {
+        Some(owner) if !uid.is_empty() && owner == uid => Owner::This,
+        Some(_) => Owner::Another,
+        None if recorded.is_some_and(|entry| {
+            entry.release == target.release
+                && entry.namespace == target.namespace
+                && entry.revision.is_some()
+        }) =>
+        {
+            Owner::This
+        }
+        None => Owner::Another,
+    }
+}
+
+/// `release R in namespace N on cluster C`, for messages.
+pub(super) fn release_place(target: &Target) -> String {
+    format!(
+        "release {} in namespace {} on cluster {}",
+        target.release, target.namespace, target.cluster
+    )
+}
+
+/// A namespace of the composition's own must have been made for it (`uid`): one that existed
+/// before (someone else's) is never installed into. On the management cluster the operator
+/// makes it; elsewhere the controller does, once the render is admitted.
+pub(super) async fn check_own_namespace(
+    reach: &Reach,
+    target: &Target,
+    uid: &str,
+) -> Result<(), Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = &target.namespace;
+    let namespaces = Api::<Namespace>::all(reach.client.clone());
+    match namespaces.get_metadata_opt(name).await {
+        Ok(Some(namespace))
+            if !uid.is_empty()
+                && namespace
+                    .annotations()
+                    .get(NAMESPACE_OWNER_ANNOTATION)
+                    .map(String::as_str)
+                    == Some(uid) =>
+        {
+            Ok(())
+        }
+        Ok(Some(_)) => Err(Error::NamespaceNotOwned(name.clone())),
+        Ok(None) if target.creates_namespace() => Ok(()),
+        Ok(None) => Err(Error::AccessPending(name.clone())),
+        Err(kube::Error::Api(status)) if status.code == 403 && reach.is_local() => {
+            Err(Error::AccessPending(name.clone()))
+        }
+        Err(error) => Err(reach.blame(Error::Kube("read the release namespace", error))),
+    }
+}
+
+/// The namespaces, as patterns, that a release of `version` may write into besides its own:
+/// those its chart writes into with its default values (the footprint the operator granted),
+/// and those the definition lists.
+pub(super) fn writable_patterns(
+    definition: &CompositionDefinition,
+    version: &str,
+) -> BTreeSet<String> {
+    let footprint = definition
+        .status
+        .as_ref()
+        .and_then(|status| status.versions.iter().find(|v| v.version == version))
+        .and_then(|v| v.footprint.as_ref());
+    let chart = footprint
+        .into_iter()
+        .flat_map(|footprint| &footprint.namespaces)
+        .map(|namespace| namespace.namespace.clone());
+    let listed = definition.spec.permissions.namespaces.iter().cloned();
+    chart.chain(listed).collect()
+}
+
+/// The namespaces `target`'s release may write into: its release namespace, and the
+/// `patterns` ([`writable_patterns`]) named for this release.
+pub(super) fn writable_namespaces(
+    patterns: &BTreeSet<String>,
+    target: &Target,
+) -> BTreeSet<String> {
+    let place = crate::bundle::ReleasePlace {
+        release: target.release.clone(),
+        namespace: target.namespace.clone(),
+    };
+    let mut allowed: BTreeSet<String> = patterns.iter().map(|p| place.fill(p)).collect();
+    allowed.insert(target.namespace.clone());
+    allowed
+}
+
+/// The subjects the bindings among `documents` would grant to that are not ServiceAccounts of
+/// `allowed` namespaces, as `<Kind> <name> → <subject kind> <namespace/name>`: a release may
+/// give its roles to its own workloads, never to a user, a group or another namespace's
+/// accounts. A ServiceAccount subject without a namespace is the binding's (or, at cluster
+/// scope, refused, as Kubernetes refuses it).
+pub(super) fn foreign_subjects(
+    documents: &[RenderedDocument],
+    release_namespace: &str,
+    allowed: &BTreeSet<String>,
+) -> Vec<String> {
+    let bindings = documents.iter().filter(|d| {
+        d.object
+            .api_version
+            .starts_with("rbac.authorization.k8s.io/")
+            && matches!(d.object.kind.as_str(), "RoleBinding" | "ClusterRoleBinding")
+    });
+    let mut foreign = Vec::new();
+    for binding in bindings {
+        let own_namespace = match binding.object.kind.as_str() {
+            "RoleBinding" => Some(
+                binding
+                    .object
+                    .namespace
+                    .as_deref()
+                    .unwrap_or(release_namespace),
+            ),
+            _ => None,
+        };
+        for subject in binding.body["subjects"].as_array().into_iter().flatten() {
+            let kind = subject["kind"].as_str().unwrap_or_default();
+            let name = subject["name"].as_str().unwrap_or_default();
+            let namespace = subject["namespace"].as_str().or(own_namespace);
+            let accepted =
+                kind == "ServiceAccount" && namespace.is_some_and(|n| allowed.contains(n));
+            if !accepted {
+                foreign.push(format!(
+                    "{} {} → {kind} {}{name}",
+                    binding.object.kind,
+                    binding.object.name,
+                    namespace.map(|n| format!("{n}/")).unwrap_or_default()
+                ));
+            }
+        }
+    }
+    foreign
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bindings_may_name_only_service_accounts_of_the_compositions_namespaces() {
+        let manifest = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: web-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web-reader}
+subjects:
+- {kind: ServiceAccount, name: web, namespace: team-a}
+- {kind: User, name: mallory}
+- {kind: ServiceAccount, name: web, namespace: team-b}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: web-leases}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: web-leases}
+subjects:
+- {kind: ServiceAccount, name: web}
+- {kind: Group, name: system:authenticated}
+"#;
+        let documents = crate::helm::parse_documents(manifest).unwrap();
+        let allowed: BTreeSet<String> = ["team-a".to_string()].into();
+        assert_eq!(
+            foreign_subjects(&documents, "team-a", &allowed),
+            [
+                "ClusterRoleBinding web-reader → User mallory",
+                "ClusterRoleBinding web-reader → ServiceAccount team-b/web",
+                "RoleBinding web-leases → Group team-a/system:authenticated",
+            ]
+        );
+    }
+
+    fn target() -> Target {
+        Target {
+            cluster: "local".into(),
+            namespace: "team-a".into(),
+            release: "web".into(),
+            own_namespace: false,
+        }
+    }
+
+    fn record(owner: Option<&str>) -> Record {
+        Record {
+            revision: 3,
+            status: crate::helm::ReleaseStatus::Deployed,
+            labels: owner
+                .map(|uid| (RELEASE_OWNER_LABEL.to_string(), uid.to_string()))
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn entry(release: &str) -> ClusterStatus {
+        ClusterStatus {
+            name: "local".into(),
+            namespace: "team-a".into(),
+            release: release.into(),
+            revision: Some(3),
+            phase: crate::api::Phase::Ready,
+            fingerprint: None,
+            message: String::new(),
+            last_transition_time: None,
+        }
+    }
+
+    #[test]
+    fn a_release_is_the_compositions_only_by_its_uid_or_its_own_earlier_record() {
+        let target = target();
+        assert_eq!(owner_of(None, None, "u1", &target), Owner::Nobody);
+        let mine = record(Some("u1"));
+        assert_eq!(owner_of(Some(&mine), None, "u1", &target), Owner::This);
+        assert_eq!(owner_of(Some(&mine), None, "u2", &target), Owner::Another);
+        assert_eq!(owner_of(Some(&mine), None, "", &target), Owner::Another);
+        // Made with helm by someone else, or by an earlier compositor for this composition.
+        let unlabelled = record(None);
+        assert_eq!(
+            owner_of(Some(&unlabelled), None, "u1", &target),
+            Owner::Another
+        );
+        let other = entry("db");
+        assert_eq!(
+            owner_of(Some(&unlabelled), Some(&other), "u1", &target),
+            Owner::Another
+        );
+        let own = entry("web");
+        assert_eq!(
+            owner_of(Some(&unlabelled), Some(&own), "u1", &target),
+            Owner::This
+        );
+        // A label always wins over the status.
+        let theirs = record(Some("u2"));
+        assert_eq!(
+            owner_of(Some(&theirs), Some(&own), "u1", &target),
+            Owner::Another
+        );
+    }
+
+    #[test]
+    fn a_release_writes_into_its_namespace_and_the_charts_named_for_it() {
+        let patterns: BTreeSet<String> = ["{namespace}", "{release}-jobs", "monitoring"]
+            .map(String::from)
+            .into();
+        let allowed: Vec<String> = writable_namespaces(&patterns, &target())
+            .into_iter()
+            .collect();
+        assert_eq!(allowed, ["monitoring", "team-a", "web-jobs"]);
+    }
+}

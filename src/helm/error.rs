@@ -1,0 +1,155 @@
+//! A failed Helm call, what its message says, and what of it may be shown.
+
+use std::time::Duration;
+
+use super::ADDRESS_SPACE_LIMIT;
+
+/// Longest part of Helm's stderr kept in an error message.
+pub(super) const MESSAGE_LIMIT: usize = 1024;
+
+/// A failed Helm call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No `helm` binary could be found.
+    #[error("helm not found: pass --helm, set HELM_BIN, or put helm on PATH")]
+    NotFound,
+    /// The call could not be started or its files written.
+    #[error("cannot run helm {verb}")]
+    Spawn {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The call ran longer than the engine's timeout and was killed.
+    #[error("helm {verb} timed out after {timeout:?}")]
+    Timeout {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// Helm exited non-zero; `message` is its stderr, shortened.
+    #[error("helm {verb} failed: {message}")]
+    Failed {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// Helm's own words.
+        message: String,
+    },
+    /// Helm ran out of the memory a call may take ([`ADDRESS_SPACE_LIMIT`]).
+    #[error("helm {verb} ran out of memory: it may take at most {} MiB of address space, which the chart's render with these values exceeds", ADDRESS_SPACE_LIMIT >> 20)]
+    OutOfMemory {
+        /// The helm subcommand.
+        verb: &'static str,
+    },
+    /// Helm succeeded but printed something other than the JSON it documents.
+    #[error("helm {verb} printed unexpected output")]
+    Output {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// Whether Kubernetes refused Helm a request (RBAC), which no retry fixes.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Failed { message, .. } if message.contains(" is forbidden: "))
+    }
+
+    /// A reason for a Kubernetes condition.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NotFound | Error::Spawn { .. } => "HelmUnavailable",
+            Error::Timeout { .. } => "HelmTimeout",
+            Error::OutOfMemory { .. } => "HelmOutOfMemory",
+            Error::Failed { .. } | Error::Output { .. } => "HelmFailed",
+        }
+    }
+}
+
+impl Error {
+    /// Whether Helm stopped at rendering the chart: a template that does not parse, a failed
+    /// `fail` or `required`, a function call that failed, or output that is not YAML.
+    pub fn is_render_failure(&self) -> bool {
+        const SIGNS: [&str; 4] = [
+            "parse error at (",
+            "execution error at (",
+            "template: ",
+            "YAML parse error on ",
+        ];
+        matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
+    }
+
+    /// Whether Helm was refused reading its own release records, which it does before it
+    /// renders or writes anything.
+    pub fn is_records_forbidden(&self) -> bool {
+        self.is_forbidden()
+            && matches!(self, Error::Failed { message, .. } if message.contains("failed to query with labels"))
+    }
+
+    /// The error with Helm's own words replaced by where in the chart it stopped, for a call
+    /// whose render could read the cluster (`lookup` in the chart, or templates in the values
+    /// that the chart's `tpl` runs): its message could then carry what was read, such as a
+    /// Secret, to whoever reads the composition. Classify the error first: the words are gone.
+    pub fn withheld(self) -> Error {
+        match self {
+            Error::Failed { verb, message } => {
+                let places = template_places(&message);
+                let at = match places.is_empty() {
+                    true => String::new(),
+                    false => format!(" at {}", places.join(", ")),
+                };
+                Error::Failed {
+                    verb,
+                    message: format!(
+                        "stopped{at}; Helm's own message is withheld, since this render could read the cluster (lookup in the chart, or templates in the values)"
+                    ),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Helm's answer for a release that does not exist (`release: not found`, also at the end of
+    /// `uninstall: Release not loaded: NAME: release: not found`).
+    pub(super) fn is_release_not_found(&self) -> bool {
+        matches!(self, Error::Failed { message, .. } if message.ends_with("release: not found"))
+    }
+}
+
+/// The chart files and lines a Helm message names (`chart/templates/x.yaml:5:4`), in order,
+/// each once: where a render stopped, without what it was rendering.
+fn template_places(message: &str) -> Vec<String> {
+    let mut places = Vec::new();
+    for token in message.split(|c: char| c.is_whitespace() || "()<>\"'`".contains(c)) {
+        let token = token.trim_end_matches(':');
+        let mut parts = token.splitn(2, ':');
+        let (Some(file), Some(position)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let is_file = [".yaml", ".yml", ".tpl", ".txt", ".json"]
+            .iter()
+            .any(|ext| file.ends_with(ext))
+            && file
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+        let is_position = position
+            .split(':')
+            .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if is_file && is_position && !places.iter().any(|p| p == token) {
+            places.push(token.to_string());
+        }
+    }
+    places
+}
+
+/// Helm's stderr without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
+pub(super) fn shorten(stderr: &str) -> String {
+    let message = stderr.trim().trim_start_matches("Error: ").trim();
+    crate::runtime::shorten(message, MESSAGE_LIMIT)
+}
