@@ -243,6 +243,17 @@ async fn two_tenants(prefix: &str) -> (Bed, Kind, Tenant, Tenant) {
     (bed, kind, a, (team_b, tenant_b))
 }
 
+/// A composition of `tenant` copying Secret `db` of `other` into its own ConfigMap fails to
+/// render, and writes nothing: Helm's identity may not read there at all.
+async fn copy_is_refused(bed: &Bed, kind: &Kind, (team, tenant): (&str, &Client), other: &str) {
+    let copy = format!(r#"{{{{ (lookup "v1" "Secret" "{other}" "db").data.password | b64dec }}}}"#);
+    let spec = json!({"note": copy});
+    kind.create(tenant, team, "copier", spec, json!({})).await;
+    kind.wait(tenant, team, "copier", "RenderFailed").await;
+    let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), team);
+    assert!(maps.get_opt("copier-note").await.unwrap().is_none());
+}
+
 /// Creates Secret `name` in `namespace` holding `password`.
 async fn secret(client: &Client, namespace: &str, name: &str, password: &str) {
     let secret: Secret = serde_json::from_value(json!({
@@ -289,21 +300,7 @@ async fn a_tenants_lookup_of_secrets_reaches_neither_status_nor_events() {
         "says where it stopped: {message}"
     );
     assert!(message.contains("withheld"), "{message}");
-    // Copied into the tenant's own ConfigMap: Helm's identity may not read team-b at all.
-    let copy =
-        format!(r#"{{{{ (lookup "v1" "Secret" "{team_b}" "db").data.password | b64dec }}}}"#);
-    kind.create(
-        &tenant_a,
-        &team_a,
-        "copier",
-        json!({"note": copy}),
-        json!({}),
-    )
-    .await;
-    kind.wait(&tenant_a, &team_a, "copier", "RenderFailed")
-        .await;
-    let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &team_a);
-    assert!(maps.get_opt("copier-note").await.unwrap().is_none());
+    copy_is_refused(&bed, &kind, (&team_a, &tenant_a), &team_b).await;
     let identity = kind.release_identity(&bed);
     let can = |verb: &'static str, namespace: Option<String>| {
         let attributes = json!({"verb": verb, "resource": "secrets", "namespace": namespace});
@@ -626,4 +623,74 @@ impl Kind {
             .service_account_name
             .unwrap()
     }
+}
+
+/// A chart like cert-manager: a ClusterRole that reads every Secret, bound to the release's own
+/// ServiceAccount, with rules a value may add to; and a note rendered with `tpl`.
+fn cluster_reader_chart() -> String {
+    let name = support::unique("reader");
+    let rbac = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: '{{ .Release.Name }}'}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-secrets'}\nrules:\n- {apiGroups: [''], resources: [secrets], verbs: [get, list, watch]}\n{{- with .Values.extraRules }}\n{{ toYaml . }}\n{{- end }}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: '{{ .Release.Name }}-secrets'}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '{{ .Release.Name }}-secrets'}\nsubjects: [{kind: ServiceAccount, name: '{{ .Release.Name }}', namespace: '{{ .Release.Namespace }}'}]\n";
+    support::publish_chart(
+        &name,
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+            ),
+            ("values.yaml", "note: hello\nextraRules: []\n"),
+            (
+                "templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-note'}\ndata:\n  note: {{ tpl .Values.note . | quote }}\n",
+            ),
+            ("templates/rbac.yaml", rbac),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_charts_cluster_wide_roles_install_but_its_templates_never_hold_them() {
+    let bed = Bed::new("iso-roles").await;
+    let kind = bed
+        .kind("readers", &cluster_reader_chart(), json!({}))
+        .await;
+    let (team_a, tenant_a) = bed.tenant("tenant-a", &kind, None).await;
+    let team_b = support::namespace(&bed.client, "team-b").await;
+    let password = support::unique("s3cr3t-b");
+    secret(&bed.client, &team_b, "db", &password).await;
+
+    kind.create(&tenant_a, &team_a, "r", json!({}), json!({}))
+        .await;
+    kind.wait(&tenant_a, &team_a, "r", "Ready").await;
+    // The chart's own workload account reads every Secret, as the chart asks; Helm's identity
+    // does not.
+    let can = |account: String, verb: &'static str| {
+        let client = bed.client.clone();
+        let team_a = team_a.clone();
+        let team_b = team_b.clone();
+        async move {
+            let attributes = json!({"verb": verb, "resource": "secrets", "namespace": team_b});
+            support::service_account_can(&client, (&team_a, &account), attributes).await
+        }
+    };
+    assert!(can("r".to_string(), "list").await);
+    let identity = kind.release_identity(&bed);
+    assert!(!can(identity.clone(), "list").await);
+    assert!(!can(identity, "get").await);
+
+    copy_is_refused(&bed, &kind, (&team_a, &tenant_a), &team_b).await;
+
+    // Values that widen the chart's ClusterRole: refused, nothing written.
+    let everything =
+        json!({"extraRules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]});
+    kind.create(&tenant_a, &team_a, "greedy", everything, json!({}))
+        .await;
+    let status = kind
+        .wait(&tenant_a, &team_a, "greedy", "RoleNotAllowed")
+        .await;
+    assert!(
+        ready_message(&status).contains("greedy-secrets"),
+        "{status}"
+    );
+    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(bed.client.clone());
+    assert!(roles.get_opt("greedy-secrets").await.unwrap().is_none());
 }

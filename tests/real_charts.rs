@@ -464,6 +464,42 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
         );
     }
 
+    // cert-manager's own account reads every Secret, as its ClusterRoles say; the identity Helm
+    // runs as for the Tenant does not, so a Tenant's values cannot look one up.
+    let reads_secrets = |account: String| {
+        let client = fixture.client.clone();
+        let acme = acme.clone();
+        async move {
+            let attributes = json!({"verb": "list", "resource": "secrets"});
+            support::service_account_can(&client, (&acme, &account), attributes).await
+        }
+    };
+    assert!(reads_secrets(format!("{acme}-cert-manager")).await);
+    let identity = format!("compositor.{}.tenants-v1-19-1", fixture.namespace);
+    assert!(!reads_secrets(identity).await);
+    let secret_name = support::unique("db");
+    let password = support::unique("s3cr3t");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": secret_name}, "stringData": {"password": password},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(fixture.client.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let thief = support::unique("thief");
+    let leak = format!(
+        r#"{{{{ (lookup "v1" "Secret" "kube-system" "{secret_name}").data.password | b64dec }}}}"#
+    );
+    let spec = json!({"serviceAccount": {"annotations": {"leak": leak}}});
+    let status = refused_tenant(&fixture, &tenants, &thief, spec, &controller).await;
+    assert!(
+        reason_of(&status, "Stalled").starts_with("RenderFailed "),
+        "{status}"
+    );
+    assert!(!status.to_string().contains(&password), "{status}");
+    wait_gone(&tenants, &thief).await;
+
     // The real authorizer: the controller can neither escalate nor bind cluster-admin, nor do
     // what the chart does not do.
     let as_controller = fixture.as_controller(CONTROLLER).await;
@@ -554,24 +590,8 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
     // Values that rename the cluster-wide objects ask for names the definition never granted:
     // refused before Helm, and such a Tenant, never installed, still deletes cleanly.
     let renamed = support::unique("charlie");
-    let tenant: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/v1-19-1", fixture.group), "kind": "Tenant",
-        "metadata": {"name": renamed},
-        "spec": {"startupapicheck": {"enabled": false}, "fullnameOverride": "renamed"},
-    }))
-    .unwrap();
-    tenants
-        .create(&PostParams::default(), &tenant)
-        .await
-        .expect("tenant");
-    let status = wait_status(
-        &tenants,
-        &renamed,
-        "refused",
-        |s| !reason_of(s, "Stalled").is_empty(),
-        &controller,
-    )
-    .await;
+    let spec = json!({"fullnameOverride": "renamed"});
+    let status = refused_tenant(&fixture, &tenants, &renamed, spec, &controller).await;
     let stalled = reason_of(&status, "Stalled");
     assert!(
         stalled.starts_with("PermissionsMissing ")
@@ -594,6 +614,29 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
         },
     )
     .await;
+}
+
+/// Creates Tenant `name` with `spec` (and cert-manager's startup check off) and returns its
+/// status once it is Stalled.
+async fn refused_tenant(
+    fixture: &Fixture,
+    tenants: &Api<DynamicObject>,
+    name: &str,
+    mut spec: Value,
+    controller: &support::Process,
+) -> Value {
+    spec["startupapicheck"] = json!({"enabled": false});
+    let tenant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1-19-1", fixture.group), "kind": "Tenant",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .expect("tenant");
+    let stalled = |s: &Value| !reason_of(s, "Stalled").is_empty();
+    wait_status(tenants, name, "refused", stalled, controller).await
 }
 
 #[tokio::test]

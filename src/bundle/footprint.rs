@@ -207,8 +207,12 @@ impl Footprint {
 
     /// The cluster-wide rules that installing the chart as `releases` needs: `create` on each
     /// cluster-scoped kind (Kubernetes cannot limit `create` by name), `list` and `watch` on what
-    /// Helm waits for, everything else on those objects by name, what the chart's ClusterRoles
-    /// grant, and `bind` on the ClusterRoles its bindings name but it does not define.
+    /// Helm waits for, everything else on those objects by name, and `escalate` and `bind` on
+    /// the chart's own ClusterRoles by name, and `bind` on those its bindings name but it does
+    /// not define. What the chart's ClusterRoles grant is not among them: whoever holds these
+    /// may write those roles without holding their rules (the controller checks the rules
+    /// against [`Footprint::chart_cluster_rules`] before Helm writes them), so a release's
+    /// templates never run with a chart's cluster-wide rights.
     pub fn cluster_rules(&self, releases: &[ReleasePlace]) -> Vec<PolicyRule> {
         if releases.is_empty() {
             return Vec::new();
@@ -232,16 +236,39 @@ impl Footprint {
             rule.resource_names = Some(names.collect::<BTreeSet<_>>().into_iter().collect());
             rules.push(rule);
         }
+        let own: BTreeSet<String> = self
+            .cluster
+            .objects
+            .iter()
+            .filter(|(kind, _)| kind.group == RBAC_GROUP && kind.plural == "clusterroles")
+            .flat_map(|(_, names)| {
+                releases
+                    .iter()
+                    .flat_map(|p| names.iter().map(|n| p.fill(n)))
+            })
+            .collect();
+        if !own.is_empty() {
+            let mut escalate = rule(RBAC_GROUP, ["clusterroles".to_string()], &["escalate"]);
+            escalate.resource_names = Some(own.iter().cloned().collect());
+            rules.push(escalate);
+        }
+        let bound = releases
+            .iter()
+            .flat_map(|p| self.cluster.bound_cluster_roles.iter().map(|n| p.fill(n)));
+        rules.extend(bind_rule("clusterroles", bound.chain(own).collect()));
+        rules
+    }
+
+    /// What the chart's ClusterRoles grant, for `releases`: the most a rendered ClusterRole may
+    /// grant.
+    pub fn chart_cluster_rules(&self, releases: &[ReleasePlace]) -> Vec<PolicyRule> {
+        let mut rules = Vec::new();
         for place in releases {
             add_rules(
                 &mut rules,
                 self.cluster.rules.iter().map(|r| fill_rule(r, place)),
             );
         }
-        let bound = releases
-            .iter()
-            .flat_map(|p| self.cluster.bound_cluster_roles.iter().map(|n| p.fill(n)));
-        rules.extend(bind_rule("clusterroles", bound.collect()));
         rules
     }
 

@@ -235,10 +235,18 @@ fn each_release_gets_its_own_names_and_namespaces() {
              "verbs": named},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
              "resourceNames": ["acme-app-issuers", "beta-app-issuers"], "verbs": named},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-             "resourceNames": ["system:auth-delegator"], "verbs": ["bind"]},
+             "resourceNames": ["acme-app-issuers", "beta-app-issuers"], "verbs": ["escalate"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "resourceNames": ["acme-app-issuers", "beta-app-issuers", "system:auth-delegator"],
+             "verbs": ["bind"]},
         ])
+    );
+    // What the chart's ClusterRoles grant is held by no one, only compared with.
+    let chart = serde_json::to_value(footprint.chart_cluster_rules(&releases)).unwrap();
+    assert_eq!(
+        chart,
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
     );
 }
 

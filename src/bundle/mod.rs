@@ -13,7 +13,7 @@ pub use footprint::{
     ReleasePlace, describe,
 };
 pub use kinds::{TypeRef, chart_kinds, crd_kinds, literal_kinds};
-pub use rbac::{Permissions, ResolvedKind};
+pub use rbac::{Permissions, ResolvedKind, uncovered};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,6 +79,9 @@ pub struct Bundle {
     pub release_cluster_role: ClusterRole,
     /// Binds `release_cluster_role` to the controller and every release identity.
     pub release_cluster_role_binding: ClusterRoleBinding,
+    /// What the chart's own ClusterRoles may grant, bound to no one: the controller compares
+    /// every ClusterRole a release renders with it.
+    pub chart_cluster_role: ClusterRole,
     /// The release identity of each release namespace.
     pub release_identities: Vec<ServiceAccount>,
     /// What the chart needs in each namespace it writes into (and Helm's release Secrets in
@@ -104,6 +107,20 @@ pub fn release_identity(definition_namespace: &str, resource: &GeneratedResource
         "compositor.{definition_namespace}.{}-{}",
         resource.plural, resource.version
     )
+}
+
+/// Name of a definition's cluster-scoped objects for `resource`.
+pub fn cluster_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!(
+        "compositor:{definition_namespace}:{}-{}",
+        resource.plural, resource.version
+    )
+}
+
+/// Name of the ClusterRole that says what the chart's own ClusterRoles may grant; no one is
+/// bound to it.
+pub fn chart_role_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!("{}:chart", cluster_name(definition_namespace, resource))
 }
 
 /// The kinds a bundle is made of, for listing and deleting by label.
@@ -180,12 +197,7 @@ impl Controller {
     /// Name of cluster-scoped objects: `compositor:<namespace>:<plural>-<version>`, so two
     /// definitions never share RBAC.
     pub fn cluster_name(&self, definition: &CompositionDefinition) -> String {
-        format!(
-            "compositor:{}:{}-{}",
-            definition.namespace().unwrap_or_default(),
-            self.resource.plural,
-            self.resource.version
-        )
+        cluster_name(&definition.namespace().unwrap_or_default(), &self.resource)
     }
 
     /// The bundle of this version for `definition`.
@@ -220,9 +232,18 @@ impl Controller {
         };
         let cluster_name = self.cluster_name(definition);
 
+        let chart_role_name = chart_role_name(&namespace, &self.resource);
         let cluster_role = ClusterRole {
             metadata: cluster_meta(cluster_name.clone()),
-            rules: Some(self.permissions.controller_cluster_rules(&self.resource)),
+            rules: Some(
+                self.permissions
+                    .controller_cluster_rules(&self.resource, &chart_role_name),
+            ),
+            ..ClusterRole::default()
+        };
+        let chart_cluster_role = ClusterRole {
+            metadata: cluster_meta(chart_role_name),
+            rules: Some(self.permissions.chart_cluster_rules()),
             ..ClusterRole::default()
         };
         let cluster_role_binding = ClusterRoleBinding {
@@ -334,6 +355,7 @@ impl Controller {
             cluster_role_binding,
             release_cluster_role,
             release_cluster_role_binding,
+            chart_cluster_role,
             release_identities,
             namespace_roles,
             controller_roles,
@@ -427,6 +449,7 @@ impl Bundle {
             objects.push(dynamic(identity)?);
         }
         objects.extend([
+            dynamic(&self.chart_cluster_role)?,
             dynamic(&self.release_cluster_role)?,
             dynamic(&self.release_cluster_role_binding)?,
         ]);

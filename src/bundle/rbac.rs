@@ -58,19 +58,34 @@ pub struct Permissions {
 }
 
 impl Permissions {
-    /// The controller's own cluster-wide rules: the generated resource, the release namespaces
-    /// compositor made (delete) or that compositions ask for (read, by name), and events.
-    pub fn controller_cluster_rules(&self, resource: &GeneratedResource) -> Vec<PolicyRule> {
+    /// The controller's own cluster-wide rules: the generated resource, the ClusterRole named
+    /// `chart_role` that says what the chart's ClusterRoles may grant (read, by name), the
+    /// release namespaces compositor made (delete) or that compositions ask for (read, by name),
+    /// and events.
+    pub fn controller_cluster_rules(
+        &self,
+        resource: &GeneratedResource,
+        chart_role: &str,
+    ) -> Vec<PolicyRule> {
         let plural = &resource.plural;
-        let mut rules = vec![rule(
-            &resource.group,
-            [
-                plural.clone(),
-                format!("{plural}/status"),
-                format!("{plural}/finalizers"),
-            ],
-            &["get", "list", "watch", "update", "patch"],
-        )];
+        let mut reference = rule(
+            "rbac.authorization.k8s.io",
+            ["clusterroles".to_string()],
+            &["get"],
+        );
+        reference.resource_names = Some(vec![chart_role.to_string()]);
+        let mut rules = vec![
+            rule(
+                &resource.group,
+                [
+                    plural.clone(),
+                    format!("{plural}/status"),
+                    format!("{plural}/finalizers"),
+                ],
+                &["get", "list", "watch", "update", "patch"],
+            ),
+            reference,
+        ];
         let owned: BTreeSet<String> = self
             .releases
             .iter()
@@ -100,10 +115,16 @@ impl Permissions {
     }
 
     /// What the releases need at cluster scope, which the controller and every release
-    /// identity hold: the chart's cluster-scoped objects by name and what its ClusterRoles
-    /// grant.
+    /// identity hold: the chart's cluster-scoped objects by name, and writing and binding its
+    /// ClusterRoles by name.
     pub fn release_cluster_rules(&self) -> Vec<PolicyRule> {
         self.footprint.cluster_rules(&self.releases)
+    }
+
+    /// What the chart's ClusterRoles grant for these releases, which no one holds: the most a
+    /// ClusterRole that a release renders may grant.
+    pub fn chart_cluster_rules(&self) -> Vec<PolicyRule> {
+        self.footprint.chart_cluster_rules(&self.releases)
     }
 
     /// Rules per namespace but the definition's own, which the controller holds with the
@@ -214,6 +235,70 @@ fn get_named(group: &str, resource: &str, names: BTreeSet<String>) -> PolicyRule
         verbs: vec!["get".into()],
         ..PolicyRule::default()
     }
+}
+
+/// The rules of `wanted` that `granted` does not cover, compared as RBAC compares them: every
+/// verb on every group and resource (for each of its names), or on every non-resource URL, of a
+/// wanted rule must be allowed by one granted rule. A `*` wanted is covered only by a `*`
+/// granted.
+pub fn uncovered(granted: &[PolicyRule], wanted: &[PolicyRule]) -> Vec<PolicyRule> {
+    wanted
+        .iter()
+        .filter(|rule| !covered(granted, rule))
+        .cloned()
+        .collect()
+}
+
+fn covered(granted: &[PolicyRule], wanted: &PolicyRule) -> bool {
+    let names: Vec<Option<&str>> = match wanted.resource_names.as_deref() {
+        Some(names) if !names.is_empty() => names.iter().map(|n| Some(n.as_str())).collect(),
+        _ => vec![None],
+    };
+    let groups = wanted.api_groups.as_deref().unwrap_or_default();
+    let resources = wanted.resources.as_deref().unwrap_or_default();
+    let urls = wanted.non_resource_urls.as_deref().unwrap_or_default();
+    wanted.verbs.iter().all(|verb| {
+        let resource_allowed = |group: &String, resource: &String, name: Option<&str>| {
+            granted
+                .iter()
+                .any(|rule| allows(rule, verb, group, resource, name))
+        };
+        groups.iter().all(|group| {
+            resources.iter().all(|resource| {
+                names
+                    .iter()
+                    .all(|name| resource_allowed(group, resource, *name))
+            })
+        }) && urls
+            .iter()
+            .all(|url| granted.iter().any(|rule| allows_url(rule, verb, url)))
+    })
+}
+
+fn listed(listed: Option<&Vec<String>>, wanted: &str) -> bool {
+    listed
+        .into_iter()
+        .flatten()
+        .any(|l| l == "*" || l == wanted)
+}
+
+fn allows(rule: &PolicyRule, verb: &str, group: &str, resource: &str, name: Option<&str>) -> bool {
+    let named = match rule.resource_names.as_deref() {
+        None | Some([]) => true,
+        Some(names) => name.is_some_and(|name| names.iter().any(|n| n == name)),
+    };
+    listed(Some(&rule.verbs), verb)
+        && listed(rule.api_groups.as_ref(), group)
+        && listed(rule.resources.as_ref(), resource)
+        && named
+}
+
+fn allows_url(rule: &PolicyRule, verb: &str, url: &str) -> bool {
+    let matches = |granted: &String| match granted.strip_suffix('*') {
+        Some(prefix) => url.starts_with(prefix),
+        None => granted == url,
+    };
+    listed(Some(&rule.verbs), verb) && rule.non_resource_urls.iter().flatten().any(matches)
 }
 
 /// The controller's leader election Lease `name` (`compositor controller --leader-elect`, in the

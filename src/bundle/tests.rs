@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::CompositionDefinitionSpec;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 fn definition(namespace: &str, name: &str) -> CompositionDefinition {
     let mut definition = CompositionDefinition::new(
@@ -174,13 +175,15 @@ fn rules_are_exactly_what_helm_needs() {
     let controller = controller();
     let own = controller
         .permissions
-        .controller_cluster_rules(&controller.resource);
+        .controller_cluster_rules(&controller.resource, "chart");
     assert_eq!(
         serde_json::to_value(own).unwrap(),
         json!([
             {"apiGroups": ["composition.compositor.dev"],
              "resources": ["fireworksapps", "fireworksapps/status", "fireworksapps/finalizers"],
              "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "resourceNames": ["chart"], "verbs": ["get"]},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         ])
     );
@@ -192,6 +195,10 @@ fn rules_are_exactly_what_helm_needs() {
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
              "resourceNames": ["acme-reader", "beta-reader"],
              "verbs": ["get", "update", "patch", "delete"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "resourceNames": ["acme-reader", "beta-reader"], "verbs": ["escalate"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "resourceNames": ["acme-reader", "beta-reader"], "verbs": ["bind"]},
         ])
     );
     let namespaced =
@@ -227,7 +234,7 @@ fn namespaces_by_name_only_when_compositor_creates_them() {
     let mut controller = controller();
     let has_namespaces = |c: &Controller| {
         c.permissions
-            .controller_cluster_rules(&c.resource)
+            .controller_cluster_rules(&c.resource, "chart")
             .iter()
             .any(|r| {
                 r.resources
@@ -243,7 +250,7 @@ fn namespaces_by_name_only_when_compositor_creates_them() {
     controller.permissions.asked_namespaces = ["kube-system".to_string()].into();
     let rules = controller
         .permissions
-        .controller_cluster_rules(&controller.resource);
+        .controller_cluster_rules(&controller.resource, "chart");
     let names = |verb: &str| -> Vec<String> {
         rules
             .iter()
@@ -263,8 +270,12 @@ fn a_version_without_compositions_gets_nothing_of_its_chart() {
     controller.permissions.listed_namespaces = ["elsewhere".to_string()].into();
     let cluster = controller
         .permissions
-        .controller_cluster_rules(&controller.resource);
-    assert_eq!(cluster.len(), 2, "its own resource and events: {cluster:?}");
+        .controller_cluster_rules(&controller.resource, "chart");
+    assert_eq!(
+        cluster.len(),
+        3,
+        "its own resource, the chart's reference and events: {cluster:?}"
+    );
     assert!(controller.permissions.release_cluster_rules().is_empty());
     assert!(
         controller
@@ -293,6 +304,7 @@ fn objects_are_typed_and_ordered_deployment_last() {
             "ClusterRoleBinding",
             "ServiceAccount",
             "ServiceAccount",
+            "ClusterRole",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
@@ -353,6 +365,40 @@ fn each_release_namespace_has_an_identity_bound_only_where_its_releases_write() 
         "the controller and both identities"
     );
     assert!(bundle.cluster_role_binding.subjects.unwrap().len() == 1);
+}
+
+#[test]
+fn a_rule_is_covered_only_by_rules_that_allow_all_it_allows() {
+    let rule = |verbs: &[&str], resources: &[&str], names: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|n| n.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    let granted = [
+        rule(&["get", "list", "watch"], &["secrets"], &[]),
+        rule(&["update"], &["configmaps"], &["lock"]),
+    ];
+    let fine = [
+        rule(&["get"], &["secrets"], &[]),
+        rule(&["update"], &["configmaps"], &["lock"]),
+    ];
+    assert!(uncovered(&granted, &fine).is_empty());
+    let wider = [
+        rule(&["delete"], &["secrets"], &[]),
+        rule(&["update"], &["configmaps"], &[]),
+        rule(&["get"], &["*"], &[]),
+        rule(&["*"], &["secrets"], &[]),
+    ];
+    assert_eq!(uncovered(&granted, &wider), wider);
+    let url = |urls: &[&str]| PolicyRule {
+        non_resource_urls: Some(urls.iter().map(|u| u.to_string()).collect()),
+        verbs: vec!["get".into()],
+        ..PolicyRule::default()
+    };
+    assert!(uncovered(&[url(&["/metrics*"])], &[url(&["/metrics/cadvisor"])]).is_empty());
+    assert_eq!(uncovered(&[url(&["/metrics"])], &[url(&["/*"])]).len(), 1);
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, RELEASE_OWNER_LABEL,
 };
 use crate::helm::{Record, RenderedDocument};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 impl Context {
     /// The username of the release identity of `namespace` on the management cluster, as which
@@ -150,6 +151,61 @@ pub(super) fn writable_namespaces(
     let mut allowed: BTreeSet<String> = patterns.iter().map(|p| place.fill(p)).collect();
     allowed.insert(target.namespace.clone());
     allowed
+}
+
+/// What the ClusterRoles among `documents` would grant beyond `reference` (what the chart's own
+/// ClusterRoles grant with its default values, for this release), one line each; and any that
+/// aggregates other roles, whose rules no one could check. A release's identity may write the
+/// chart's ClusterRoles without holding their rules, so this is the check Kubernetes would
+/// otherwise make.
+pub(super) fn excessive_roles(
+    documents: &[RenderedDocument],
+    reference: &[PolicyRule],
+) -> Vec<String> {
+    let mut excessive = Vec::new();
+    let roles = documents.iter().filter(|d| {
+        d.object
+            .api_version
+            .starts_with("rbac.authorization.k8s.io/")
+            && d.object.kind == "ClusterRole"
+    });
+    for role in roles {
+        let name = &role.object.name;
+        if !role.body["aggregationRule"].is_null() {
+            excessive.push(format!("ClusterRole {name} aggregates other roles"));
+        }
+        let rules: Vec<PolicyRule> =
+            serde_json::from_value(role.body["rules"].clone()).unwrap_or_default();
+        for rule in crate::bundle::uncovered(reference, &rules) {
+            excessive.push(format!(
+                "ClusterRole {name} grants {}",
+                crate::bundle::describe(&rule)
+            ));
+        }
+    }
+    excessive
+}
+
+/// What the chart's ClusterRoles may grant for this controller's releases, as the operator
+/// wrote it; read only when a release renders a ClusterRole.
+pub(super) async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let resource = crate::bundle::GeneratedResource {
+        group: context.config.group.clone(),
+        version: context.config.version.clone(),
+        plural: context.config.resource.clone(),
+    };
+    let name = crate::bundle::chart_role_name(&context.config.definition_namespace, &resource);
+    let role = Api::<ClusterRole>::all(context.client.clone())
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::Kube("read what the chart's ClusterRoles may grant", e))?;
+    match role {
+        Some(role) => Ok(role.rules.unwrap_or_default()),
+        None => Err(Error::DefinitionNotReady(
+            context.config.definition_name.clone(),
+        )),
+    }
 }
 
 /// The subjects the bindings among `documents` would grant to that are not ServiceAccounts of

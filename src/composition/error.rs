@@ -60,6 +60,12 @@ pub enum Error {
         "the chart with these values binds roles to subjects that are not ServiceAccounts of this composition's namespaces: {0}"
     )]
     BindingNotAllowed(String),
+    /// The chart, with these values, would grant more through its ClusterRoles than with its
+    /// default values.
+    #[error(
+        "the chart with these values grants more than its ClusterRoles grant with its default values: {0}"
+    )]
+    RoleNotAllowed(String),
     /// The release belongs to another composition, or was made without compositor.
     #[error(
         "{0} belongs to another composition or was not made by compositor; it is left as it is: choose another release name (annotation compositor.dev/release-name)"
@@ -129,6 +135,7 @@ impl Error {
             Error::NamespaceReserved(_) => "NamespaceReserved",
             Error::NamespaceNotAllowed(..) => "NamespaceNotAllowed",
             Error::BindingNotAllowed(_) => "BindingNotAllowed",
+            Error::RoleNotAllowed(_) => "RoleNotAllowed",
             Error::NamespaceNotOwned(_) => "NamespaceNotOwned",
             Error::AccessPending(_) => "AccessPending",
             Error::Helm(step, _) => step.reason(),
@@ -155,6 +162,7 @@ impl Error {
                 | Error::NamespaceNotOwned(_)
                 | Error::NamespaceNotAllowed(..)
                 | Error::BindingNotAllowed(_)
+                | Error::RoleNotAllowed(_)
                 | Error::ClusterNotPlaced(..)
         )
     }

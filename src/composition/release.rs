@@ -250,6 +250,14 @@ impl Release<'_> {
         if !foreign.is_empty() {
             return Err(Error::BindingNotAllowed(foreign.join(", ")));
         }
+        let renders_cluster_roles = documents.iter().any(|d| d.object.kind == "ClusterRole");
+        if self.reach.is_local() && renders_cluster_roles {
+            let reference = confinement::chart_role_rules(context).await?;
+            let excessive = confinement::excessive_roles(documents, &reference);
+            if !excessive.is_empty() {
+                return Err(Error::RoleNotAllowed(excessive.join("; ")));
+            }
+        }
         let (denied, unserved) =
             access::denials(&self.reach.client, &self.reach.kinds, documents, namespace)
                 .await
