@@ -7,7 +7,7 @@ export TESTBED_DIR
 # Where cargo puts what it builds (CARGO_TARGET_DIR when set, as CI sets it).
 RELEASE_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
 
-.PHONY: demo test unit lint deps up down crds bench
+.PHONY: demo test unit lint deps up down crds bench image
 
 ## demo: bring up the local test bed and walk through what compositor does with it
 demo: deps
@@ -27,6 +27,12 @@ unit:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+## image: compositor's image as an OCI archive, built without a container engine (release
+## build; IMAGE_ARCHIVE=path chooses where); its path is printed last. Load it with
+## `ctr -n k8s.io images import` or `docker load -i`
+image: deps
+	e2e/image.sh
 
 ## deps: install the test bed's parts (cached under ~/.cache/compositor)
 deps:
