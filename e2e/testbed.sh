@@ -7,6 +7,7 @@
 #                                              containerd, runc, CNI) running pods of the images
 #                                              in the archives (see node() below)
 #   e2e/testbed.sh load IMAGE_ARCHIVE...       import images into the node's containerd
+#   e2e/testbed.sh expose PORT...              let pods reach a loopback port at the node's address
 #   e2e/testbed.sh env                         print the environment tests read (export lines)
 #   e2e/testbed.sh restart kube-apiserver      start a stopped API server again, as it was
 #   e2e/testbed.sh down                        stop every process this test bed started
@@ -308,7 +309,7 @@ node_network() {
   done
   ip -4 -o addr show | grep -q " 10\.250\.$n\." && die "no free /24 in 10.250.0.0/16 for the node"
   NODE_SUBNET=10.250.$n.0/24 HOST_ADDR=10.250.$n.1
-  printf '%s\n' "BRIDGE=$BRIDGE" "CHAIN=$CHAIN" "CGROUP=$CGROUP" >"$DIR/node/network"
+  printf '%s\n' "BRIDGE=$BRIDGE" "CHAIN=$CHAIN" "CGROUP=$CGROUP" "HOST_ADDR=$HOST_ADDR" >"$DIR/node/network"
   ip link add "$BRIDGE" type bridge
   ip addr add "$HOST_ADDR/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
@@ -438,6 +439,18 @@ spec:
 YAML
 }
 
+# expose PORT...: pods reach a loopback-only service of this machine (e.g. a second test bed's
+# API server) at the node's address and the same port.
+expose() {
+  [ -f "$DIR/node/network" ] || die "no node in $DIR (up --node)"
+  local CHAIN HOST_ADDR port
+  # shellcheck disable=SC1091
+  . "$DIR/node/network"
+  for port in "$@"; do
+    iptables -w -t nat -A "$CHAIN" -d "$HOST_ADDR/32" -p tcp --dport "$port" -j DNAT --to-destination "127.0.0.1:$port"
+  done
+}
+
 # load ARCHIVE...: import OCI archives into the node's containerd (the kubelet's namespace).
 load() {
   [ -S "$DIR/node/containerd.sock" ] || die "no node in $DIR (up --node)"
@@ -465,7 +478,7 @@ node() {
   wait_until node 30 test -S "$DIR/node/containerd.sock"
   load "$(cat "$DIR/node/pause-archive")" "$@"
   wait_until node 90 "$TOOLS/kubectl" --kubeconfig "$DIR/kubeconfig" wait "node/$NODE_NAME" --for=condition=Ready --timeout=1s
-  echo "export COMPOSITOR_TEST_NODE=$NODE_NAME" >>"$DIR/env"
+  printf '%s\n' "export COMPOSITOR_TEST_NODE=$NODE_NAME" "export COMPOSITOR_TEST_NODE_ADDRESS=$HOST_ADDR" >>"$DIR/env"
 }
 
 timed() { local start=$SECONDS; "$@"; log "$1 ready in $((SECONDS - start))s"; }
@@ -538,6 +551,7 @@ case "${1:-}" in
   env) [ -f "$DIR/env" ] || die "test bed in $DIR is not up"; cat "$DIR/env" ;;
   restart) shift; restart "$@" ;;
   load) shift; load "$@" ;;
+  expose) shift; expose "$@" ;;
   node-support) node_support ;;
-  *) echo "usage: $0 up [--control-plane-only | --node [IMAGE_ARCHIVE...]] | env | load IMAGE_ARCHIVE... | restart kube-apiserver | node-support | down" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--control-plane-only | --node [IMAGE_ARCHIVE...]] | env | load IMAGE_ARCHIVE... | expose PORT... | restart kube-apiserver | node-support | down" >&2; exit 2 ;;
 esac
