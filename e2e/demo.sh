@@ -15,9 +15,9 @@ IMAGE=$(COMPOSITOR_BIN=$COMPOSITOR IMAGE_ARCHIVE="${CARGO_TARGET_DIR:-$ROOT/targ
   "$ROOT/e2e/image.sh")
 ls -lh "$IMAGE"
 
-# A real node where the machine allows one (root, CAP_SYS_ADMIN); else compositor's Deployments
-# run as local processes.
-NODE_MISSING=$("$ROOT/e2e/testbed.sh" node-support)
+# A real node where the machine allows one (root, CAP_SYS_ADMIN) unless NODE=0; else
+# compositor's Deployments run as local processes.
+if [ "${NODE:-1}" = 0 ]; then NODE_MISSING="NODE=0"; else NODE_MISSING=$("$ROOT/e2e/testbed.sh" node-support); fi
 if [ -z "$NODE_MISSING" ]; then
   step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, a node (kubelet, containerd), an OCI registry, a Helm repository"
   "$ROOT/e2e/testbed.sh" up --node "$IMAGE" >/dev/null

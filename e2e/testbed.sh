@@ -25,8 +25,9 @@ KUBE_BIN=$(control_plane_dir)
 # the API server there (through the node's DNAT, see node_network).
 SERVICE_RANGE=10.0.0.0/16
 SERVICE_IP=10.0.0.1
-# Set by `up --node`: a node runs, and the chart repository and registry listen on its bridge's
-# address, which pods and this machine both reach (127.0.0.1 inside a pod is the pod).
+# Set by `up --node`: a node runs, and the chart repository listens on its bridge's address,
+# which pods and this machine both reach (127.0.0.1 inside a pod is the pod). The OCI registry
+# stays on 127.0.0.1, where clients speak plain HTTP to it; pods reach it through `expose`.
 NODE=
 HOST_ADDR=127.0.0.1
 TOOLS=$TOOLS_BIN
@@ -234,22 +235,22 @@ storage:
   filesystem: {rootdirectory: $DIR/registry/data}
   delete: {enabled: true}
 http:
-  addr: $HOST_ADDR:$port
+  addr: 127.0.0.1:$port
   secret: $(random_secret)
 auth:
   htpasswd: {realm: compositor-testbed, path: $DIR/registry/htpasswd}
 CONFIG
   start oci-registry docker-registry serve "$DIR/registry/config.yml"
-  wait_until oci-registry 20 bash -c "curl -sS -o /dev/null -w '%{http_code}' http://$HOST_ADDR:$port/v2/ | grep -q 401"
-  printf '%s' "$password" | "$TOOLS/helm" registry login "$HOST_ADDR:$port" --username "$user" --password-stdin --plain-http >/dev/null
+  wait_until oci-registry 20 bash -c "curl -sS -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/v2/ | grep -q 401"
+  printf '%s' "$password" | "$TOOLS/helm" registry login "127.0.0.1:$port" --username "$user" --password-stdin --plain-http >/dev/null
   for chart in "$DIR"/charts/*.tgz; do
-    "$TOOLS/helm" push "$chart" "oci://$HOST_ADDR:$port/charts" --plain-http >/dev/null 2>&1 \
+    "$TOOLS/helm" push "$chart" "oci://127.0.0.1:$port/charts" --plain-http >/dev/null 2>&1 \
       || die "helm push $chart failed"
   done
   # Tests log in themselves: credentials must be proven necessary, not inherited.
-  "$TOOLS/helm" registry logout "$HOST_ADDR:$port" >/dev/null 2>&1
+  "$TOOLS/helm" registry logout "127.0.0.1:$port" >/dev/null 2>&1
   cat >>"$DIR/env" <<ENV
-export COMPOSITOR_TEST_REGISTRY=$HOST_ADDR:$port
+export COMPOSITOR_TEST_REGISTRY=127.0.0.1:$port
 export COMPOSITOR_TEST_REGISTRY_USERNAME=$user
 export COMPOSITOR_TEST_REGISTRY_PASSWORD=$password
 ENV

@@ -783,13 +783,17 @@ async fn unreachable_repositories_and_unknown_versions_are_reported_precisely() 
     for (name, chart, _) in &cases {
         fixture.apply_definition(name, chart.clone()).await;
     }
+    // Each message names the chart or the repository it was looked for in.
+    let repository = support::env("COMPOSITOR_TEST_REPO_URL");
     for (name, _, reason) in &cases {
         let definition = fixture.wait_condition(name, "ChartResolved", "False").await;
         let conditions = definition.status.unwrap().conditions;
         let condition = find_condition(&conditions, "ChartResolved").unwrap();
         assert_eq!(&condition.reason, reason, "{name}: {}", condition.message);
         assert!(
-            condition.message.contains("fireworks-app") || condition.message.contains("127.0.0.1"),
+            condition.message.contains("fireworks-app")
+                || condition.message.contains("127.0.0.1")
+                || condition.message.contains(&repository),
             "{name}: {}",
             condition.message
         );

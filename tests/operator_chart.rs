@@ -636,7 +636,9 @@ where
 
 /// The operator, run as the chart's Deployment with the chart's ServiceAccount and RBAC (and
 /// its admission policy), serves a definition whose controller installs a composition, moves it
-/// to a new chart version, and cleans up after both.
+/// to a new chart version, and cleans up after both. On the test bed's node the operator and the
+/// controllers are pods of the image built for it, with their mounted ServiceAccount tokens;
+/// without a node they are local processes playing kubelet.
 #[tokio::test]
 async fn the_operator_works_with_exactly_the_chart_permissions() {
     use compositor::api::{CompositionDefinition, find_condition};
@@ -646,22 +648,24 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
     let namespace = support::namespace(&client, "chart-run").await;
     let group = format!("{namespace}.compositor.dev");
     let helm = support::Helm::new();
-    install(
-        &helm,
-        &namespace,
-        &[
-            "tenant.enabled=false",
-            &format!("crdGroups={{{group}}}"),
-            // Other tests' definitions are not this operator's business.
-            &format!("watchNamespace={namespace}"),
-        ],
-    );
+    let crd_groups = format!("crdGroups={{{group}}}");
+    // Other tests' definitions are not this operator's business.
+    let watch = format!("watchNamespace={namespace}");
+    let mut values = vec!["tenant.enabled=false", &crd_groups, &watch];
+    // On the node, the operator and its controllers run from the image built for the test bed.
+    if support::node().is_some() {
+        values.extend([
+            "image.repository=localhost/compositor",
+            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
+        ]);
+    }
+    install(&helm, &namespace, &values);
     support::repo_password(&client, &namespace).await;
     // Every write of the operator below passes the policy.
     wait_for_policy(&namespace).await;
 
     let operator_cache = tempfile::tempdir().unwrap();
-    let operator = support::run_deployment(
+    let operator = support::deployment_runs(
         &client,
         &namespace,
         RELEASE,
@@ -720,7 +724,7 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
 
     let controller_cache = tempfile::tempdir().unwrap();
     let run_controller = async |version: &str| {
-        support::run_deployment(
+        support::deployment_runs(
             &client,
             &namespace,
             &format!("fireworksapps-{version}-controller"),
@@ -755,7 +759,7 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
         .create(&PostParams::default(), &composition)
         .await
         .expect("create composition");
-    let logs = |controllers: &[&support::Process]| {
+    let logs = |controllers: &[&support::Running]| {
         let mut text = format!("operator:\n{}", operator.output());
         for controller in controllers {
             text.push_str(&format!("\ncontroller:\n{}", controller.output()));
