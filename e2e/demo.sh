@@ -23,7 +23,7 @@ if [ -z "$NODE_MISSING" ]; then
   "$ROOT/e2e/testbed.sh" up --node "$IMAGE" >/dev/null
 else
   step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, an OCI registry, a Helm repository"
-  echo "no node on this machine ($NODE_MISSING): compositor's Deployments run as local processes"
+  echo "no node ($NODE_MISSING): compositor's Deployments run as local processes"
   "$ROOT/e2e/testbed.sh" up >/dev/null
 fi
 eval "$("$ROOT/e2e/testbed.sh" env)"

@@ -303,6 +303,9 @@ PAUSE_IMAGE=localhost/pause:3.10
 # else changes: no masquerade, no forwarding, no kube-proxy.
 node_network() {
   local start n i
+  # Test beds starting side by side take their subnets one at a time.
+  exec 9>"$CACHE_DIR/node-network.lock"
+  flock 9
   start=$((16#${NODE_NAME:5:2}))
   for i in $(seq 0 255); do
     n=$(((start + i) % 256))
@@ -319,6 +322,7 @@ node_network() {
   iptables -w -t nat -A "$CHAIN" -d "$SERVICE_IP/32" -p tcp --dport 443 -j DNAT \
     --to-destination "127.0.0.1:$(cat "$DIR/node/api-port")"
   iptables -w -t nat -A PREROUTING -i "$BRIDGE" -j "$CHAIN"
+  exec 9>&-
 }
 
 node_network_down() {
@@ -463,8 +467,6 @@ load() {
 }
 
 node() {
-  local why; why=$(node_support)
-  [ -z "$why" ] || die "$why"
   pause_image >"$DIR/node/pause-archive"
   node_network
   node_config
