@@ -6,18 +6,23 @@ TESTBED_DIR ?= /tmp/compositor-testbed
 export TESTBED_DIR
 # Where cargo puts what it builds (CARGO_TARGET_DIR when set, as CI sets it).
 RELEASE_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
+DEBUG_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug
 
-.PHONY: demo test unit lint deps up down crds bench
+.PHONY: demo test unit lint deps up down crds bench image
 
-## demo: bring up the local test bed and walk through what compositor does with it
+## demo: bring up the local test bed, with a node where the machine allows one (NODE=0 for
+## none), and walk through what compositor does with it
 demo: deps
 	e2e/demo.sh
 
-## test: unit tests, then integration tests against a fresh test bed
+## test: unit tests, then integration tests against a fresh test bed with a node running the
+## debug build's image (where the machine allows one; NODE=0 for none)
 test: lint
 	@start=$$SECONDS; $(CARGO) test --locked --all-targets --no-run && \
 	  echo "[make test] build took $$((SECONDS - start))s"
-	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) e2e/with-testbed.sh $(CARGO) test --locked --all-targets
+	IMAGE_ARCHIVE=$$(COMPOSITOR_BIN=$(DEBUG_DIR)/compositor IMAGE_ARCHIVE=$(DEBUG_DIR)/compositor-image.tar e2e/image.sh) && \
+	  TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) IMAGE_ARCHIVE=$$IMAGE_ARCHIVE \
+	  e2e/with-testbed.sh $(CARGO) test --locked --all-targets
 
 ## unit: the tests that need no test bed
 unit:
@@ -27,6 +32,12 @@ unit:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+## image: compositor's image as an OCI archive, built without a container engine (release
+## build; IMAGE_ARCHIVE=path chooses where); its path is printed last. Load it with
+## `ctr -n k8s.io images import` or `docker load -i`
+image: deps
+	e2e/image.sh
 
 ## deps: install the test bed's parts (cached under ~/.cache/compositor)
 deps:

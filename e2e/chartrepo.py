@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A Helm chart repository for the test bed: serves a directory over HTTP (or HTTPS) on 127.0.0.1
-with basic auth, and appends one line per request ("METHOD PATH STATUS") to a log file so tests
-can count what clients fetched.
+"""A Helm chart repository for the test bed: serves a directory over HTTP (or HTTPS) on --host
+(127.0.0.1 unless told) with basic auth, and appends one line per request ("METHOD PATH STATUS")
+to a log file so tests can count what clients fetched.
 
 Credentials come from the environment (CHARTREPO_USERNAME, CHARTREPO_PASSWORD), never argv.
 """
@@ -55,6 +55,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--tls-cert")
@@ -67,7 +68,7 @@ def main():
         Handler.expected_auth = f"Basic {token}"
     Handler.log_path = args.log
     handler = functools.partial(Handler, directory=args.dir)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    server = http.server.ThreadingHTTPServer((args.host, args.port), handler)
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.tls_cert, args.tls_key)

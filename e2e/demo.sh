@@ -7,23 +7,44 @@ export TESTBED_DIR=${TESTBED_DIR:-/tmp/compositor-testbed}
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '\033[2m$ %s\033[0m\n' "$*"; "$@"; }
 
-step "Building compositor"
+step "Building compositor and its image (e2e/image.sh: an OCI archive, no container engine)"
 cargo build --quiet --bin compositor
 COMPOSITOR=${CARGO_TARGET_DIR:-$ROOT/target}/debug/compositor
+# The debug build, as the tests use: `make image` makes the release one.
+IMAGE=$(COMPOSITOR_BIN=$COMPOSITOR IMAGE_ARCHIVE="${CARGO_TARGET_DIR:-$ROOT/target}/image/compositor-debug.tar" \
+  "$ROOT/e2e/image.sh")
+ls -lh "$IMAGE"
 
-step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, an OCI registry, a Helm repository"
-"$ROOT/e2e/testbed.sh" up >/dev/null
+# A real node where the machine allows one (root, CAP_SYS_ADMIN) unless NODE=0; else
+# compositor's Deployments run as local processes.
+if [ "${NODE:-1}" = 0 ]; then NODE_MISSING="NODE=0"; else NODE_MISSING=$("$ROOT/e2e/testbed.sh" node-support); fi
+if [ -z "$NODE_MISSING" ]; then
+  step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, a node (kubelet, containerd), an OCI registry, a Helm repository"
+  "$ROOT/e2e/testbed.sh" up --node "$IMAGE" >/dev/null
+else
+  step "Starting the test bed in $TESTBED_DIR: a current kube-apiserver, an OCI registry, a Helm repository"
+  echo "no node ($NODE_MISSING): compositor's Deployments run as local processes"
+  "$ROOT/e2e/testbed.sh" up >/dev/null
+fi
 eval "$("$ROOT/e2e/testbed.sh" env)"
 kubectl() { "$KUBECTL_BIN" "$@"; }
+if [ -z "$NODE_MISSING" ]; then run kubectl get nodes -o wide; fi
 run kubectl get namespaces
 
 step "Offline: the CRD a chart becomes (compositor crd), lossy steps on stderr"
 run "$COMPOSITOR" crd "$COMPOSITOR_TEST_CHARTS/fireworks-app-1.1.5.tgz" | sed -n '/openAPIV3Schema/,/^ *git:/p' | head -32
 
-# The test bed has no kubelet: this plays it for Deployment $2 in namespace $1, running its
-# arguments with the local binary and a token of its own ServiceAccount, so the process has
-# exactly the RBAC compositor (or its chart) gave it.
-play_kubelet() {
+# Deployment $2 in namespace $1 runs: on the node its pods become Ready; without a node this
+# plays kubelet, running its arguments with the local binary and a token of its own
+# ServiceAccount, so the process has exactly the RBAC compositor (or its chart) gave it.
+deployment_runs() {
+  if [ -z "$NODE_MISSING" ]; then
+    for _ in $(seq 120); do kubectl -n "$1" get deployment "$2" >/dev/null 2>&1 && break; sleep 0.5; done
+    run kubectl -n "$1" rollout status deployment "$2" --timeout=180s
+    run kubectl -n "$1" get pods -l "$(kubectl -n "$1" get deployment "$2" \
+      -o go-template='{{range $k, $v := .spec.selector.matchLabels}}{{$k}}={{$v}},{{end}}' | sed 's/,$//')" -o wide
+    return
+  fi
   local namespace=$1 deployment=$2 pidfile="$TESTBED_DIR/pids/$2"
   if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return; fi
   local token account
@@ -42,7 +63,7 @@ PY
     --cache-dir "$TESTBED_DIR/$deployment-cache" >"$TESTBED_DIR/logs/$deployment.log" 2>&1 &
   echo $! >"$pidfile"
 }
-run_controller() { play_kubelet "${2:-demo}" "$1"; }
+run_controller() { deployment_runs "${2:-demo}" "$1"; }
 
 step "The Tenant chart (cert-manager v1.19.1) is published to the password-protected Helm repository"
 cp "$COMPOSITOR_REAL_CHARTS/cert-manager-v1.19.1.tgz" "$TESTBED_DIR/repo/"
@@ -54,8 +75,9 @@ kubectl -n compositor-system create secret generic helm-repo --from-literal=toke
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
 step "helm install compositor: its CRDs, RBAC, admission policy, Deployment and the Tenant API"
+if [ -z "$NODE_MISSING" ]; then IMAGE_VALUES=(--set image.repository=localhost/compositor); else IMAGE_VALUES=(--set image.tag=dev); fi
 run "$HELM_BIN" upgrade --install compositor "$ROOT/charts/compositor" -n compositor-system \
-  --set image.tag=dev --set 'credentialNamespaces={demo}' \
+  "${IMAGE_VALUES[@]}" --set 'credentialNamespaces={demo}' \
   --set tenant.chart.url="$COMPOSITOR_TEST_REPO_URL" \
   --set tenant.chart.credentials.username="$COMPOSITOR_TEST_REPO_USERNAME" \
   --set tenant.chart.credentials.passwordRef.name=helm-repo --set tenant.chart.credentials.passwordRef.key=token
@@ -67,8 +89,8 @@ for check in "get secrets -n kube-system" "create customresourcedefinitions" "es
   printf '  can the operator %-40s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
 done
 
-step "The test bed has no kubelet: run the operator Deployment locally, with its ServiceAccount's token"
-play_kubelet compositor-system compositor
+step "The operator Deployment runs (on the node, or locally with its ServiceAccount's token)"
+deployment_runs compositor-system compositor
 run kubectl -n compositor-system wait compositiondefinition/tenant --for=condition=Ready --timeout=180s
 
 step "A platform team publishes fireworks-app 1.1.5 from the password-protected Helm repository"
@@ -110,7 +132,7 @@ for check in "list fireworksapps.composition.compositor.dev -A" "get secret/helm
   printf '  can the controller %-48s %s\n' "$check?" "$(kubectl auth can-i $check --as "$SA" 2>/dev/null || true)"
 done
 
-step "The test bed has no kubelet: run the controller Deployment locally, with its own ServiceAccount token"
+step "The controller Deployment runs (on the node, or locally with its own ServiceAccount token)"
 run_controller fireworksapps-v1-1-5-controller
 
 step "A user asks for a FireworksApp: it becomes a Helm release"
@@ -163,7 +185,8 @@ metadata:
   name: globex
   namespace: demo
 spec:
-  # cert-manager's post-install check waits for pods, which a test bed without a kubelet never runs.
+  # cert-manager's post-install check waits for its pods, which never run here: their images are
+  # public, and the test bed pulls none.
   startupapicheck: {enabled: false}
 YAML
 run kubectl apply -f "$TESTBED_DIR/tenant.yaml"
@@ -175,15 +198,32 @@ run kubectl -n globex get deployments
 step "A second cluster registers with a Secret: every Tenant is installed there too"
 EDGE_DIR="$TESTBED_DIR/edge"
 TESTBED_DIR="$EDGE_DIR" "$ROOT/e2e/testbed.sh" up --control-plane-only >/dev/null
-kubectl -n compositor-system create secret generic edge --from-file=kubeconfig="$EDGE_DIR/kubeconfig" \
+EDGE_KUBECONFIG=$EDGE_DIR/kubeconfig
+if [ -z "$NODE_MISSING" ]; then
+  # The controller runs in a pod, where 127.0.0.1 is the pod: it reaches the second API server
+  # at the node's address, and checks its certificate against the name it was issued for.
+  edge_port=$(sed -n 's#^ *server: https://127.0.0.1:\([0-9]*\)$#\1#p' "$EDGE_DIR/kubeconfig")
+  "$ROOT/e2e/testbed.sh" expose "$edge_port"
+  EDGE_KUBECONFIG=$TESTBED_DIR/edge-from-pods.kubeconfig
+  sed "s#^\( *\)server: https://127.0.0.1:\([0-9]*\)\$#\1server: https://$COMPOSITOR_TEST_NODE_ADDRESS:\2\n\1tls-server-name: 127.0.0.1#" \
+    "$EDGE_DIR/kubeconfig" >"$EDGE_KUBECONFIG"
+fi
+kubectl -n compositor-system create secret generic edge --from-file=kubeconfig="$EDGE_KUBECONFIG" \
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 run kubectl -n compositor-system label secret edge compositor.dev/cluster=true --overwrite
 for _ in $(seq 240); do
-  [ "$(kubectl -n demo get tenant globex -o jsonpath='{.status.clusters[?(@.phase=="Ready")].name}')" = "edge local" ] && break
+  [ "$(kubectl -n demo get tenant globex -o jsonpath='{.status.clusters[?(@.phase=="Ready")].name}' | tr ' ' '\n' | sort | xargs)" = "edge local" ] && break
   sleep 0.5
 done
 run kubectl -n demo get tenants
 run kubectl -n demo get tenant globex -o jsonpath='{range .status.clusters[*]}{.name}{": "}{.phase}{", release "}{.release}{" revision "}{.revision}{" in namespace "}{.namespace}{"\n"}{end}'
 run "$HELM_BIN" --kubeconfig "$EDGE_DIR/kubeconfig" list -n globex
+
+if [ -z "$NODE_MISSING" ]; then
+  step "What runs on the node: the operator and one controller per chart version, as pods"
+  run kubectl get nodes
+  run kubectl get pods -A -l app.kubernetes.io/managed-by=compositor -o wide
+  run kubectl -n compositor-system get pods -l app.kubernetes.io/name=compositor -o wide
+fi
 
 step "Done. Logs: $TESTBED_DIR/logs/. Stop everything with: make down"

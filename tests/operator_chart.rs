@@ -596,6 +596,62 @@ async fn uninstall_keeps_the_tenant_definition_and_a_new_install_adopts_it() {
         .expect("delete the definition (no operator ran, so no finalizer holds it)");
 }
 
+/// On the node: the chart's two operator pods elect one leader through the Lease, and when the
+/// leader's pod is deleted (SIGTERM, within its grace period) the other one leads. Without a
+/// node, tests/leader.rs proves the same with local processes.
+#[tokio::test]
+async fn two_operator_pods_elect_one_leader_and_the_other_takes_over() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+
+    if support::node().is_none() {
+        eprintln!("no node in this test bed: tests/leader.rs covers leader election");
+        return;
+    }
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "chart-pods").await;
+    let crd_groups = format!("crdGroups={{{namespace}.compositor.dev}}");
+    let watch = format!("watchNamespace={namespace}");
+    let helm = support::Helm::new();
+    install(
+        &helm,
+        &namespace,
+        &[
+            "tenant.enabled=false",
+            &crd_groups,
+            &watch,
+            "replicas=2",
+            "image.repository=localhost/compositor",
+            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
+        ],
+    );
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &namespace);
+    let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
+    let logs = || support::pod_logs(&namespace, RELEASE);
+    wait_for("both operator pods are Ready", logs, || async {
+        let status = deployments.get(RELEASE).await.unwrap().status;
+        status.and_then(|s| s.ready_replicas) == Some(2)
+    })
+    .await;
+    // The holder identity is `<pod>_<process>`.
+    let leader = async || -> Option<String> {
+        let lease = leases.get_opt(RELEASE).await.unwrap()?;
+        let holder = lease.spec?.holder_identity?;
+        Some(holder.split('_').next()?.to_string())
+    };
+    wait_for("one pod leads", logs, || async { leader().await.is_some() }).await;
+    let first = leader().await.expect("the leader's pod");
+    pods.delete(&first, &Default::default())
+        .await
+        .expect("delete the leader's pod");
+    wait_for("the other pod leads", logs, || async {
+        leader().await.is_some_and(|pod| pod != first)
+    })
+    .await;
+    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
+}
+
 #[test]
 fn cluster_scoped_objects_are_named_after_the_release() {
     let names = |namespace: &str| -> Vec<String> {
@@ -636,7 +692,9 @@ where
 
 /// The operator, run as the chart's Deployment with the chart's ServiceAccount and RBAC (and
 /// its admission policy), serves a definition whose controller installs a composition, moves it
-/// to a new chart version, and cleans up after both.
+/// to a new chart version, and cleans up after both. On the test bed's node the operator and the
+/// controllers are pods of the image built for it, with their mounted ServiceAccount tokens;
+/// without a node they are local processes playing kubelet.
 #[tokio::test]
 async fn the_operator_works_with_exactly_the_chart_permissions() {
     use compositor::api::{CompositionDefinition, find_condition};
@@ -646,22 +704,24 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
     let namespace = support::namespace(&client, "chart-run").await;
     let group = format!("{namespace}.compositor.dev");
     let helm = support::Helm::new();
-    install(
-        &helm,
-        &namespace,
-        &[
-            "tenant.enabled=false",
-            &format!("crdGroups={{{group}}}"),
-            // Other tests' definitions are not this operator's business.
-            &format!("watchNamespace={namespace}"),
-        ],
-    );
+    let crd_groups = format!("crdGroups={{{group}}}");
+    // Other tests' definitions are not this operator's business.
+    let watch = format!("watchNamespace={namespace}");
+    let mut values = vec!["tenant.enabled=false", &crd_groups, &watch];
+    // On the node, the operator and its controllers run from the image built for the test bed.
+    if support::node().is_some() {
+        values.extend([
+            "image.repository=localhost/compositor",
+            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
+        ]);
+    }
+    install(&helm, &namespace, &values);
     support::repo_password(&client, &namespace).await;
     // Every write of the operator below passes the policy.
     wait_for_policy(&namespace).await;
 
     let operator_cache = tempfile::tempdir().unwrap();
-    let operator = support::run_deployment(
+    let operator = support::deployment_runs(
         &client,
         &namespace,
         RELEASE,
@@ -720,7 +780,7 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
 
     let controller_cache = tempfile::tempdir().unwrap();
     let run_controller = async |version: &str| {
-        support::run_deployment(
+        support::deployment_runs(
             &client,
             &namespace,
             &format!("fireworksapps-{version}-controller"),
@@ -755,7 +815,7 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
         .create(&PostParams::default(), &composition)
         .await
         .expect("create composition");
-    let logs = |controllers: &[&support::Process]| {
+    let logs = |controllers: &[&support::Running]| {
         let mut text = format!("operator:\n{}", operator.output());
         for controller in controllers {
             text.push_str(&format!("\ncontroller:\n{}", controller.output()));

@@ -11,8 +11,10 @@
 //! definition without credentials (or with other ones) never finds, through the cache, a chart
 //! that another definition downloaded with credentials. The credential part is hashed with a
 //! random salt kept in the cache directory (`salt`, mode 0600), so the cache survives restarts
-//! and its file names say nothing about a password without the salt. The cache directory is
-//! private to the operator (mode 0700).
+//! and its file names say nothing about a password without the salt. A cache directory the
+//! process creates is private to it (mode 0700); one it is given (a volume the kubelet mounted,
+//! owned by root with the pod's fsGroup) is used as it is: a process may not chmod what it does
+//! not own.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -67,11 +69,13 @@ impl Cache {
         poll_interval: Duration,
     ) -> Result<Self, Error> {
         let root = root.into();
+        if create_root(&root)? {
+            private(&root, 0o700)?;
+        }
         for dir in ["blobs/sha256", "refs", "listings", "tmp"] {
             let path = root.join(dir);
             std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
         }
-        private(&root, 0o700)?;
         let salt = load_or_create_salt(&root)?;
         Ok(Cache {
             root,
@@ -251,6 +255,19 @@ fn touch(path: &Path) {
     }
 }
 
+/// Creates the cache's root (and its parents); true when this call created it, false when it was
+/// there already.
+fn create_root(root: &Path) -> Result<bool, Error> {
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    match std::fs::create_dir(root) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && root.is_dir() => Ok(false),
+        Err(e) => Err(Error::io(root, e)),
+    }
+}
+
 /// Restricts a path to its owner (Unix).
 fn private(path: &Path, mode: u32) -> Result<(), Error> {
     #[cfg(unix)]
@@ -367,8 +384,9 @@ mod tests {
         let chart = ChartRef::new("https://example.org/charts")
             .with_repo("a")
             .with_basic_auth("u", "pw");
-        let first = Cache::open(dir.path()).unwrap().key(&chart, "1.0.0");
-        let again = Cache::open(dir.path()).unwrap().key(&chart, "1.0.0");
+        let root = dir.path().join("cache");
+        let first = Cache::open(&root).unwrap().key(&chart, "1.0.0");
+        let again = Cache::open(&root).unwrap().key(&chart, "1.0.0");
         assert_eq!(first, again);
         let other_dir = tempfile::tempdir().unwrap();
         let other = Cache::open(other_dir.path()).unwrap().key(&chart, "1.0.0");
@@ -377,9 +395,34 @@ mod tests {
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode(dir.path()), 0o700);
-            assert_eq!(mode(&dir.path().join("salt")), 0o600);
+            assert_eq!(mode(&root), 0o700);
+            assert_eq!(mode(&root.join("salt")), 0o600);
         }
+    }
+
+    /// A kubelet mounts an emptyDir owned by root with the pod's fsGroup (mode 2777) and the
+    /// operator runs as another user: the directory is used as given, never chmodded.
+    #[cfg(unix)]
+    #[test]
+    fn a_given_root_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o2777)).unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mode = std::fs::metadata(cache.root())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o2777);
+        assert_eq!(
+            std::fs::metadata(dir.path().join("salt"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
     }
 
     #[test]

@@ -378,6 +378,106 @@ pub async fn run_deployment(
     Process::spawn(&args, &path, name, &[("POD_NAME", name)])
 }
 
+/// The test bed's node, when it has one (`e2e/testbed.sh up --node`, what `make test` starts
+/// where the machine allows): compositor's Deployments then run as pods of its image.
+pub fn node() -> Option<String> {
+    std::env::var("COMPOSITOR_TEST_NODE").ok()
+}
+
+/// A Deployment of compositor, running: as pods on the test bed's node, or, without one, as a
+/// local process playing kubelet ([`run_deployment`]).
+pub enum Running {
+    /// Its pods, whose logs the kubelet writes under the test bed's `pods/`.
+    Pods { namespace: String, name: String },
+    /// The local process.
+    Process(Process),
+}
+
+impl Running {
+    /// What it has logged so far (every pod's containers, on a node).
+    pub fn output(&self) -> String {
+        match self {
+            Running::Process(process) => process.output(),
+            Running::Pods { namespace, name } => pod_logs(namespace, name),
+        }
+    }
+}
+
+/// Runs Deployment `namespace/name`: on the node, waits until it is available (its pods Ready
+/// through their probes); without one, plays kubelet with `local_args` added to its arguments.
+pub async fn deployment_runs(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    local_args: &[&str],
+) -> Running {
+    use k8s_openapi::api::apps::v1::Deployment;
+    if node().is_none() {
+        return Running::Process(run_deployment(client, namespace, name, local_args).await);
+    }
+    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace);
+    let available = || async {
+        let Some(deployment) = deployments.get_opt(name).await.expect("get deployment") else {
+            return false;
+        };
+        let generation = deployment.metadata.generation;
+        let status = deployment.status.unwrap_or_default();
+        status.observed_generation == generation
+            && status.updated_replicas.unwrap_or(0) >= 1
+            && status.available_replicas.unwrap_or(0) >= 1
+            && status.unavailable_replicas.unwrap_or(0) == 0
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !available().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Deployment {namespace}/{name} is not available on the node after 120 s\n{}",
+            pod_logs(namespace, name)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Running::Pods {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// The logs of Deployment `namespace/name`'s pods on the node, read where the kubelet writes
+/// them (`<namespace>_<pod>_<uid>/<container>/<restart>.log` under the test bed's `pods/`).
+pub fn pod_logs(namespace: &str, name: &str) -> String {
+    let root = Path::new(&env("TESTBED_DIR")).join("pods");
+    let prefix = format!("{namespace}_{name}-");
+    let mut pods: Vec<PathBuf> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|file| file.to_str())
+                .is_some_and(|file| file.starts_with(&prefix))
+        })
+        .collect();
+    pods.sort();
+    let mut text = String::new();
+    for pod in pods {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&pod)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|container| std::fs::read_dir(container.path()).into_iter().flatten())
+            .flatten()
+            .map(|file| file.path())
+            .collect();
+        files.sort();
+        for file in files {
+            text.push_str(&format!("--- {}\n", file.display()));
+            text.push_str(&std::fs::read_to_string(&file).unwrap_or_default());
+        }
+    }
+    text
+}
+
 /// A kubeconfig for the test bed that authenticates as ServiceAccount `namespace/name`, with a
 /// token an hour long.
 pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> PathBuf {
