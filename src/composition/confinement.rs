@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
 use kube::api::Api;
 
@@ -15,18 +16,23 @@ use super::{Context, Error};
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, RELEASE_OWNER_LABEL,
 };
+use crate::bundle::GeneratedResource;
 use crate::helm::{Record, RenderedDocument};
-use k8s_openapi::api::rbac::v1::PolicyRule;
 
 impl Context {
-    /// The username of the release identity of `namespace` on the management cluster, as which
-    /// Helm runs there.
-    pub(super) fn release_identity(&self, namespace: &str) -> String {
-        let resource = crate::bundle::GeneratedResource {
+    /// The resource this controller serves, as its bundle names it.
+    fn generated_resource(&self) -> GeneratedResource {
+        GeneratedResource {
             group: self.config.group.clone(),
             version: self.config.version.clone(),
             plural: self.config.resource.clone(),
-        };
+        }
+    }
+
+    /// The username of the release identity of `namespace` on the management cluster, as which
+    /// Helm runs there.
+    pub(super) fn release_identity(&self, namespace: &str) -> String {
+        let resource = self.generated_resource();
         let name = crate::bundle::release_identity(&self.config.definition_namespace, &resource);
         format!("system:serviceaccount:{namespace}:{name}")
     }
@@ -190,11 +196,7 @@ pub(super) fn excessive_roles(
 /// wrote it; read only when a release renders a ClusterRole.
 pub(super) async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
-    let resource = crate::bundle::GeneratedResource {
-        group: context.config.group.clone(),
-        version: context.config.version.clone(),
-        plural: context.config.resource.clone(),
-    };
+    let resource = context.generated_resource();
     let name = crate::bundle::chart_role_name(&context.config.definition_namespace, &resource);
     let role = Api::<ClusterRole>::all(context.client.clone())
         .get_opt(&name)

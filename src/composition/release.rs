@@ -1,11 +1,15 @@
 //! One target's release, a small state machine between a composition and Helm:
 //!
-//! 1. up to date? the fingerprint of these inputs is the one recorded, Helm's latest record is
+//! 1. its own? a namespace of its own was made for it, and the release, if there is one, is
+//!    the composition's (`confinement`): otherwise nothing is written;
+//! 2. up to date? the fingerprint of these inputs is the one recorded, Helm's latest record is
 //!    that revision, deployed, and the release's objects are there: nothing to do, no `helm`;
-//! 2. recover a release a crash left pending;
-//! 3. `helm upgrade --install`, whose rendered manifest is admitted before Helm writes any of
-//!    it: every object is put to the authorizer (`access`) from Helm's post-renderer (the
-//!    engine's gate); then the target's new entry in `status.clusters`.
+//! 3. recover a release a crash left pending;
+//! 4. `helm upgrade --install` as the release identity, whose rendered manifest is admitted
+//!    before Helm writes any of it: it stays in the composition's namespaces, binds roles only
+//!    to their ServiceAccounts, grants no more through ClusterRoles than the chart does with
+//!    its defaults, and every object is put to the authorizer (`access`), all from Helm's
+//!    post-renderer (the engine's gate); then the target's new entry in `status.clusters`.
 //!
 //! Helm installs a chart's `crds/` before it renders, so those are not admitted; the operator
 //! grants them by name, and a refusal of one is reported as missing permissions before any
