@@ -70,8 +70,8 @@ pub struct Bundle {
     pub service_account: ServiceAccount,
     /// The controller.
     pub deployment: Deployment,
-    /// The controller's own cluster-wide rules: the generated resource, events, the namespaces
-    /// compositor created for releases.
+    /// The controller's own cluster-wide rules: the generated resource, reading
+    /// `chart_cluster_role`, events, the namespaces compositor created for releases.
     pub cluster_role: ClusterRole,
     /// Binds `cluster_role` to the ServiceAccount.
     pub cluster_role_binding: ClusterRoleBinding,
