@@ -14,10 +14,10 @@ use kube::api::{Api, DeleteParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 
-use super::confinement::{Owner, owner_of, release_place};
+use super::confinement::{Owner, helm_target, owner_of, release_place};
 use super::placement::{self, LOCAL_CLUSTER, Target};
 use super::reach::Reach;
-use super::release::{helm_target, release_record};
+use super::release::release_record;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep};
 use crate::api::{

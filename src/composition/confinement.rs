@@ -12,12 +12,12 @@ use kube::api::Api;
 
 use super::placement::Target;
 use super::reach::Reach;
-use super::{Context, Error};
+use super::{Context, Error, kubeconfig_for};
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, RELEASE_OWNER_LABEL,
 };
 use crate::bundle::GeneratedResource;
-use crate::helm::{Record, RenderedDocument};
+use crate::helm::{self, Record, RenderedDocument};
 
 impl Context {
     /// The resource this controller serves, as its bundle names it.
@@ -146,10 +146,7 @@ pub(super) fn writable_patterns(
 
 /// The namespaces `target`'s release may write into: its release namespace, and the
 /// `patterns` ([`writable_patterns`]) named for this release.
-pub(super) fn writable_namespaces(
-    patterns: &BTreeSet<String>,
-    target: &Target,
-) -> BTreeSet<String> {
+fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet<String> {
     let place = crate::bundle::ReleasePlace {
         release: target.release.clone(),
         namespace: target.namespace.clone(),
@@ -159,15 +156,71 @@ pub(super) fn writable_namespaces(
     allowed
 }
 
+/// What a release may write, checked before Helm writes any of it: objects only in the
+/// namespaces [`writable_namespaces`] gives `target`, bindings only to their ServiceAccounts,
+/// and, on the management cluster, ClusterRoles that grant no more than the chart's own do
+/// with its default values.
+pub(super) async fn check_render(
+    context: &Context,
+    reach: &Reach,
+    target: &Target,
+    writable: &BTreeSet<String>,
+    documents: &[RenderedDocument],
+) -> Result<(), Error> {
+    let namespace = &target.namespace;
+    let allowed = writable_namespaces(writable, target);
+    let (client, kinds) = (&reach.client, &reach.kinds);
+    let outside = super::access::outside(client, kinds, documents, namespace, &allowed)
+        .await
+        .map_err(|e| Error::Kube("access review", e))?;
+    if !outside.is_empty() {
+        let outside: Vec<&str> = outside.iter().map(String::as_str).collect();
+        let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        return Err(Error::NamespaceNotAllowed(
+            outside.join(", "),
+            allowed.join(", "),
+        ));
+    }
+    let foreign = foreign_subjects(documents, namespace, &allowed);
+    if !foreign.is_empty() {
+        return Err(Error::BindingNotAllowed(foreign.join(", ")));
+    }
+    let renders_cluster_roles = documents.iter().any(|d| d.object.kind == "ClusterRole");
+    if reach.is_local() && renders_cluster_roles {
+        let reference = chart_role_rules(context).await?;
+        let excessive = excessive_roles(documents, &reference);
+        if !excessive.is_empty() {
+            return Err(Error::RoleNotAllowed(excessive.join("; ")));
+        }
+    }
+    Ok(())
+}
+
+/// Helm's view of `namespace` on the reached cluster, with the identity that installs there:
+/// on the management cluster the release identity of `namespace`, which the controller
+/// impersonates; on a registered cluster the identity its Secret gives.
+pub(super) fn helm_target(
+    context: &Context,
+    reach: &Reach,
+    namespace: &str,
+) -> Result<helm::Target, Error> {
+    let kubeconfig = match reach.is_local() {
+        true => {
+            let mut config = (*reach.config).clone();
+            config.auth_info.impersonate = Some(context.release_identity(namespace));
+            kubeconfig_for(&config, namespace)?
+        }
+        false => kubeconfig_for(&reach.config, namespace)?,
+    };
+    Ok(helm::Target::new(kubeconfig, namespace))
+}
+
 /// What the ClusterRoles among `documents` would grant beyond `reference` (what the chart's own
 /// ClusterRoles grant with its default values, for this release), one line each; and any that
 /// aggregates other roles, whose rules no one could check. A release's identity may write the
 /// chart's ClusterRoles without holding their rules, so this is the check Kubernetes would
 /// otherwise make.
-pub(super) fn excessive_roles(
-    documents: &[RenderedDocument],
-    reference: &[PolicyRule],
-) -> Vec<String> {
+fn excessive_roles(documents: &[RenderedDocument], reference: &[PolicyRule]) -> Vec<String> {
     let mut excessive = Vec::new();
     let roles = documents.iter().filter(|d| {
         d.object
@@ -194,7 +247,7 @@ pub(super) fn excessive_roles(
 
 /// What the chart's ClusterRoles may grant for this controller's releases, as the operator
 /// wrote it; read only when a release renders a ClusterRole.
-pub(super) async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
+async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let resource = context.generated_resource();
     let name = crate::bundle::chart_role_name(&context.config.definition_namespace, &resource);
@@ -215,7 +268,7 @@ pub(super) async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule
 /// give its roles to its own workloads, never to a user, a group or another namespace's
 /// accounts. A ServiceAccount subject without a namespace is the binding's (or, at cluster
 /// scope, refused, as Kubernetes refuses it).
-pub(super) fn foreign_subjects(
+fn foreign_subjects(
     documents: &[RenderedDocument],
     release_namespace: &str,
     allowed: &BTreeSet<String>,

@@ -25,11 +25,11 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::Value;
 
-use super::confinement::{self, Owner, owner_of, release_place};
+use super::confinement::{self, Owner, helm_target, owner_of, release_place};
 use super::placement::Target;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
-use super::{Context, Error, HelmStep, access, cleanup, fingerprint, kubeconfig_for};
+use super::{Context, Error, HelmStep, access, cleanup, fingerprint};
 use crate::api::{
     ClusterStatus, CompositionChart, NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL,
     ResourceRef,
@@ -232,36 +232,14 @@ impl Release<'_> {
         Ok(())
     }
 
-    /// Every object Helm would write is put to the authorizer first, so that nothing is
-    /// installed halfway.
+    /// Every object Helm would write is checked first, so that nothing is installed halfway:
+    /// it must be the composition's to write ([`confinement::check_render`]), and the
+    /// authorizer must allow it.
     async fn check_access(&self, documents: &[RenderedDocument]) -> Result<(), Error> {
         let context = self.context;
         let namespace = &self.target.namespace;
-        let allowed = confinement::writable_namespaces(self.writable, self.target);
-        let (client, kinds) = (&self.reach.client, &self.reach.kinds);
-        let outside = access::outside(client, kinds, documents, namespace, &allowed)
-            .await
-            .map_err(|e| Error::Kube("access review", e))?;
-        if !outside.is_empty() {
-            let outside: Vec<&str> = outside.iter().map(String::as_str).collect();
-            let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
-            return Err(Error::NamespaceNotAllowed(
-                outside.join(", "),
-                allowed.join(", "),
-            ));
-        }
-        let foreign = confinement::foreign_subjects(documents, namespace, &allowed);
-        if !foreign.is_empty() {
-            return Err(Error::BindingNotAllowed(foreign.join(", ")));
-        }
-        let renders_cluster_roles = documents.iter().any(|d| d.object.kind == "ClusterRole");
-        if self.reach.is_local() && renders_cluster_roles {
-            let reference = confinement::chart_role_rules(context).await?;
-            let excessive = confinement::excessive_roles(documents, &reference);
-            if !excessive.is_empty() {
-                return Err(Error::RoleNotAllowed(excessive.join("; ")));
-            }
-        }
+        confinement::check_render(context, self.reach, self.target, self.writable, documents)
+            .await?;
         let (denied, unserved) =
             access::denials(&self.reach.client, &self.reach.kinds, documents, namespace)
                 .await
@@ -443,25 +421,6 @@ async fn recover(
             Ok(false)
         }
     }
-}
-
-/// Helm's view of `namespace` on the reached cluster, with the identity that installs there:
-/// on the management cluster the release identity of `namespace`, which the controller
-/// impersonates; on a registered cluster the identity its Secret gives.
-pub(super) fn helm_target(
-    context: &Context,
-    reach: &Reach,
-    namespace: &str,
-) -> Result<helm::Target, Error> {
-    let kubeconfig = match reach.is_local() {
-        true => {
-            let mut config = (*reach.config).clone();
-            config.auth_info.impersonate = Some(context.release_identity(namespace));
-            kubeconfig_for(&config, namespace)?
-        }
-        false => kubeconfig_for(&reach.config, namespace)?,
-    };
-    Ok(helm::Target::new(kubeconfig, namespace))
 }
 
 /// Creates the release's namespace on a remote cluster, annotated as made for `object` so that
