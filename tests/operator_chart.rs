@@ -4,32 +4,24 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use support::installed::{
+    RELEASE, assert_refused_by_policy, chart, chart_path, crd, dry_run_create, install,
+    operator_client, wait_for_policy,
+};
+
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use compositor::api::CompositionDefinition;
 use compositor::helm::parse_documents;
-
-/// The release name of every installation here: the chart then names the operator's
-/// ServiceAccount and Deployment `compositor`.
-const RELEASE: &str = "compositor";
-
-fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/compositor")
-}
-
-fn chart_path() -> String {
-    chart().to_str().expect("utf-8 path").to_string()
-}
 
 /// `helm template` of the chart into `namespace` with `--set` values; the rendered documents.
 fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
@@ -241,111 +233,18 @@ fn the_operator_arguments_are_flags_of_compositor_run() {
     }
 }
 
-/// A client with the identity of the operator's ServiceAccount in `namespace` (the test bed's
-/// administrator may impersonate anyone).
-async fn operator_client(namespace: &str) -> Client {
-    support::init_tls();
-    let mut config = kube::Config::infer().await.expect("kubeconfig");
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{RELEASE}"));
-    config.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".to_string(),
-        format!("system:serviceaccounts:{namespace}"),
-        "system:authenticated".to_string(),
-    ]);
-    Client::try_from(config).expect("impersonating client")
-}
-
-/// Installs the chart as release `compositor` into `namespace`.
-fn install(helm: &support::Helm, namespace: &str, values: &[&str]) {
-    let chart = chart_path();
-    let mut args = vec![
-        "install",
-        RELEASE,
-        &chart,
-        "--namespace",
-        namespace,
-        "--set",
-        "image.repository=compositor",
-        "--set",
-        "image.tag=test",
-    ];
-    for value in values {
-        args.extend(["--set", value]);
-    }
-    helm.ok(&args, None);
-}
-
-/// Creates `object` as a dry run (admission runs, nothing is stored); the apiserver's refusal,
-/// if any.
-async fn dry_run_create<K>(api: &Api<K>, object: &K) -> Result<(), kube::core::Status>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    match api.create(&params, object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err(*status),
-        Err(error) => panic!("dry-run create: {error}"),
-    }
-}
-
-fn crd(group: &str, plural: &str, kind: &str) -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("{plural}.{group}")},
-        "spec": {
-            "group": group,
-            "names": {"kind": kind, "plural": plural},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                          "schema": {"openAPIV3Schema": {"type": "object"}}}],
-        }
-    }))
-    .unwrap()
-}
-
 fn cluster_role_binding(
     name: &str,
     role: &str,
     service_account: (&str, &str),
 ) -> ClusterRoleBinding {
     serde_json::from_value(json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "compositor"}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "namespace": service_account.0,
                       "name": service_account.1}],
     }))
     .unwrap()
-}
-
-/// Waits until the admission policy of the installation in `namespace` is enforced (a new
-/// policy takes a moment): a CRD of group example.com is refused to the operator.
-async fn wait_for_policy(namespace: &str) {
-    let crds = Api::<CustomResourceDefinition>::all(operator_client(namespace).await);
-    let foreign = crd("example.com", &support::unique("widgets"), "Widget");
-    support::eventually(
-        "the admission policy refuses a CRD of group example.com",
-        Duration::from_secs(30),
-        || async {
-            dry_run_create(&crds, &foreign)
-                .await
-                .is_err_and(|status| status.message.contains("ValidatingAdmissionPolicy"))
-        },
-    )
-    .await;
-}
-
-/// Asserts that the admission policy, not RBAC, refused `refusal`.
-fn assert_refused_by_policy(what: &str, refusal: Result<(), kube::core::Status>) {
-    let status = refusal
-        .err()
-        .unwrap_or_else(|| panic!("{what} was allowed"));
-    assert!(
-        status.message.contains("ValidatingAdmissionPolicy"),
-        "{what}: refused by the admission policy, not by RBAC: {status:?}"
-    );
 }
 
 #[tokio::test]
@@ -458,7 +357,7 @@ async fn the_installed_chart_bounds_what_the_operator_may_do() {
 
     let roles = Api::<ClusterRole>::all(as_operator.clone());
     let reads_secrets: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": own},
+        "metadata": {"name": own, "labels": {"app.kubernetes.io/managed-by": "compositor"}},
         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
     }))
     .unwrap();
@@ -466,7 +365,7 @@ async fn the_installed_chart_bounds_what_the_operator_may_do() {
         .await
         .expect("a bundle's ClusterRole may grant what the operator does not hold (escalate)");
     let aggregated: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": own},
+        "metadata": {"name": own, "labels": {"app.kubernetes.io/managed-by": "compositor"}},
         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"anything": "true"}}]},
     }))
     .unwrap();

@@ -4,10 +4,12 @@
 //! The bundle is described once, as typed objects built by a pure function; applying, listing
 //! and deleting all work from that description and from the labels it sets.
 
+pub mod approval;
 mod footprint;
 mod kinds;
 mod rbac;
 
+pub use approval::{APPROVE_VERB, GRANTS_RESOURCE};
 pub use footprint::{
     ClusterUse, Footprint, NAMESPACE, NamespaceUse, PROBE_NAMESPACE, PROBE_RELEASE, RELEASE,
     ReleasePlace, describe,
@@ -412,7 +414,6 @@ impl Controller {
                         "containers": [{
                             "name": "controller",
                             "image": self.image,
-                            "command": ["compositor"],
                             "args": args,
                             "env": [{"name": "TMPDIR", "value": "/tmp"}],
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kube::ResourceExt;
+
 use super::grants::{self, VersionUse};
 use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
@@ -170,6 +172,19 @@ async fn apply_version(
         },
     };
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
+    let definition_ref = format!("{}/{}", namespace_of(definition), definition.name_any());
+    let needed = bundle.grants_needing_approval(&definition_ref);
+    let grants = grants::unapproved(&context.client, needed)
+        .await
+        .map_err(|e| Error::Kube("review approvals", e))?;
+    if !grants.is_empty() {
+        return Err(Error::ApprovalRequired {
+            version: controller.resource.version.clone(),
+            grants,
+            resource: bundle::GRANTS_RESOURCE,
+            group: crate::api::GROUP,
+        });
+    }
     let objects = bundle.objects().map_err(Error::Bundle)?;
     let keys = objects.iter().map(objects::key).collect();
     warnings

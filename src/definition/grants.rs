@@ -304,3 +304,37 @@ pub async fn apply_objects(
     }
     Ok(warnings)
 }
+
+/// Of the grant lines `needed` (see [`crate::bundle::approval`]), those an administrator has
+/// not approved: the operator may not `approve` them (one SelfSubjectAccessReview each, which
+/// every authenticated user may ask).
+pub async fn unapproved(
+    client: &Client,
+    needed: BTreeSet<String>,
+) -> Result<Vec<String>, kube::Error> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let reviews = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let mut missing = Vec::new();
+    for line in needed {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(crate::api::GROUP.to_string()),
+                    resource: Some(crate::bundle::GRANTS_RESOURCE.to_string()),
+                    verb: Some(crate::bundle::APPROVE_VERB.to_string()),
+                    name: Some(line.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let answer = reviews.create(&PostParams::default(), &review).await?;
+        if !answer.status.is_some_and(|status| status.allowed) {
+            missing.push(line);
+        }
+    }
+    Ok(missing)
+}

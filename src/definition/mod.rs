@@ -48,6 +48,9 @@ use crate::runtime::{Metrics, ReconcileOutcome};
 
 pub use objects::FIELD_MANAGER;
 
+/// How often a definition waiting for an administrator's approval looks again.
+const APPROVAL_POLL: Duration = Duration::from_secs(10);
+
 /// Most warnings kept in a definition's status.
 const WARNING_LIMIT: usize = 50;
 
@@ -85,6 +88,23 @@ pub enum Error {
     /// A bundle object could not be built (a bug).
     #[error("cannot build the controller bundle")]
     Bundle(#[source] serde_json::Error),
+    /// What the bundle would grant needs an administrator's approval first.
+    #[error(
+        "an administrator must approve what the controller of version {version} would be granted \
+         (`approve` on {resource}.{group} named by each line, for the operator's ServiceAccount; \
+         README: Approving a definition), one line each:\n{}",
+        grants.join("\n")
+    )]
+    ApprovalRequired {
+        /// The CRD version whose bundle waits.
+        version: String,
+        /// The grant lines not approved yet.
+        grants: Vec<String>,
+        /// [`crate::bundle::GRANTS_RESOURCE`], for the message.
+        resource: &'static str,
+        /// [`crate::api::GROUP`], for the message.
+        group: &'static str,
+    },
     /// The Kubernetes API failed.
     #[error("Kubernetes API request failed ({0})")]
     Kube(&'static str, #[source] kube::Error),
@@ -104,6 +124,7 @@ impl Error {
             Error::Waiting(_) => ("CRDReady", "Progressing"),
             Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
             Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
+            Error::ApprovalRequired { .. } => ("ControllerReady", "ApprovalRequired"),
             Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
         }
     }
@@ -316,6 +337,11 @@ fn error_policy(
     match error {
         Error::Waiting(_) | Error::CompositionsRemaining(_) => {
             Action::requeue(Duration::from_secs(2))
+        }
+        // An approval is an RBAC grant, which no watch of the operator's sees.
+        Error::ApprovalRequired { .. } => {
+            tracing::info!(definition = %definition.name_any(), %error, "waiting for approval");
+            Action::requeue(APPROVAL_POLL)
         }
         error if error.is_terminal() => {
             tracing::info!(definition = %definition.name_any(), %error, "waiting for a change");

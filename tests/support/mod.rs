@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod installed;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};

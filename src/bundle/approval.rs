@@ -1,0 +1,193 @@
+//! What of a bundle an administrator must approve before the operator may write it.
+//!
+//! The operator holds `escalate` and `bind`, so its own RBAC does not bound what it grants; the
+//! chart's admission policy (`charts/compositor/templates/admission-policy.yaml`) does, by power
+//! rather than by name. A rule of a Role or ClusterRole the operator writes needs approval when
+//! it is *broad*: `*` among its verbs, API groups or resources, any non-resource URL, or
+//! `escalate`, `bind` or `impersonate` without resource names. Every rule of a Role in a
+//! `kube-*` namespace needs approval too, broad or not.
+//!
+//! Each such rule is described by one [`grant`] line, which names the definition it serves, and
+//! an administrator approves it by granting the operator's ServiceAccount the verb
+//! [`APPROVE_VERB`] on [`GRANTS_RESOURCE`] of [`crate::api::GROUP`] with that line as the
+//! resource name. The admission policy builds the same line in CEL and asks the authorizer, so
+//! the two must never disagree: `tests/operator_chart.rs` applies approved and unapproved
+//! bundles through the installed policy.
+
+use std::collections::BTreeSet;
+
+use super::Bundle;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// The virtual resource an approval grants `approve` on, in [`crate::api::GROUP`].
+pub const GRANTS_RESOURCE: &str = "grants";
+
+/// The verb of an approval.
+pub const APPROVE_VERB: &str = "approve";
+
+/// Where a rule applies, as its grant line says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// A ClusterRole.
+    Cluster,
+    /// A Role in the named namespace.
+    Namespace(&'a str),
+}
+
+/// Whether a rule of a Role or ClusterRole in `scope` needs an administrator's approval.
+pub fn needs_approval(rule: &PolicyRule, scope: Scope<'_>) -> bool {
+    let star = |list: &Option<Vec<String>>| list.iter().flatten().any(|item| item == "*");
+    let unnamed = rule.resource_names.as_ref().is_none_or(Vec::is_empty);
+    let powerful = rule
+        .verbs
+        .iter()
+        .any(|verb| matches!(verb.as_str(), "escalate" | "bind" | "impersonate"));
+    matches!(scope, Scope::Namespace(namespace) if is_system_namespace(namespace))
+        || rule.verbs.iter().any(|verb| verb == "*")
+        || star(&rule.api_groups)
+        || star(&rule.resources)
+        || rule
+            .non_resource_urls
+            .as_ref()
+            .is_some_and(|urls| !urls.is_empty())
+        || (powerful && unnamed)
+}
+
+/// Whether `namespace` is one of Kubernetes' own (`kube-system`, `kube-public`,
+/// `kube-node-lease`, and any other `kube-*`).
+pub fn is_system_namespace(namespace: &str) -> bool {
+    namespace.starts_with("kube-")
+}
+
+/// The line that approves `rule` in `scope` for the definition `definition` (`namespace/name`),
+/// e.g. `team/tenant cluster-wide: verbs=* apiGroups=* resources=*` or
+/// `team/tenant in kube-system: verbs=get,update apiGroups=coordination.k8s.io resources=leases
+/// resourceNames=controller`. Lists keep the rule's order; empty ones are left out.
+pub fn grant(definition: &str, rule: &PolicyRule, scope: Scope<'_>) -> String {
+    let place = match scope {
+        Scope::Cluster => "cluster-wide".to_string(),
+        Scope::Namespace(namespace) if is_system_namespace(namespace) => {
+            format!("in {namespace}")
+        }
+        Scope::Namespace(_) => "namespaced".to_string(),
+    };
+    let mut line = format!("{definition} {place}: verbs={}", rule.verbs.join(","));
+    for (key, list) in [
+        ("apiGroups", &rule.api_groups),
+        ("resources", &rule.resources),
+        ("resourceNames", &rule.resource_names),
+        ("nonResourceURLs", &rule.non_resource_urls),
+    ] {
+        if let Some(list) = list.as_ref().filter(|list| !list.is_empty()) {
+            line.push_str(&format!(" {key}={}", list.join(",")));
+        }
+    }
+    line
+}
+
+impl Bundle {
+    /// The grant lines of every rule of this bundle that needs approval, once each, sorted.
+    pub fn grants_needing_approval(&self, definition: &str) -> BTreeSet<String> {
+        let cluster = [
+            &self.cluster_role,
+            &self.release_cluster_role,
+            &self.chart_cluster_role,
+        ]
+        .into_iter()
+        .flat_map(|role| role.rules.iter().flatten().map(|rule| (rule, None)));
+        let namespaced = self
+            .namespace_roles
+            .iter()
+            .chain(&self.controller_roles)
+            .map(|(role, _)| role)
+            .chain([&self.definition_role])
+            .flat_map(|role| {
+                let namespace = role.metadata.namespace.as_deref();
+                role.rules
+                    .iter()
+                    .flatten()
+                    .map(move |rule| (rule, namespace))
+            });
+        cluster
+            .chain(namespaced)
+            .filter_map(|(rule, namespace)| {
+                let scope = namespace.map_or(Scope::Cluster, Scope::Namespace);
+                needs_approval(rule, scope).then(|| grant(definition, rule, scope))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(value: serde_json::Value) -> PolicyRule {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn broad_rules_need_approval_and_precise_ones_do_not() {
+        let cluster = Scope::Cluster;
+        let broad = [
+            json!({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}),
+            json!({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}),
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}),
+            json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["bind"]}),
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                   "verbs": ["escalate"], "resourceNames": []}),
+            json!({"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}),
+        ];
+        for value in broad {
+            assert!(needs_approval(&rule(value.clone()), cluster), "{value}");
+        }
+        let precise = [
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["escalate", "bind"], "resourceNames": ["chart-reader"]}),
+            json!({"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"],
+                   "resourceNames": ["compositor.team.tenants-v1"]}),
+        ];
+        for value in precise {
+            assert!(!needs_approval(&rule(value.clone()), cluster), "{value}");
+            assert!(
+                !needs_approval(&rule(value.clone()), Scope::Namespace("team")),
+                "{value}"
+            );
+            assert!(
+                needs_approval(&rule(value.clone()), Scope::Namespace("kube-system")),
+                "every rule in kube-system: {value}"
+            );
+        }
+    }
+
+    #[test]
+    fn grant_lines_name_the_definition_the_place_and_the_rule() {
+        let star = rule(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}));
+        assert_eq!(
+            grant("team/tenant", &star, Scope::Cluster),
+            "team/tenant cluster-wide: verbs=* apiGroups=* resources=*"
+        );
+        assert_eq!(
+            grant("team/tenant", &star, Scope::Namespace("tenant-a")),
+            "team/tenant namespaced: verbs=* apiGroups=* resources=*"
+        );
+        let lease = rule(
+            json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                "verbs": ["get", "update"], "resourceNames": ["controller"]}),
+        );
+        assert_eq!(
+            grant("team/tenant", &lease, Scope::Namespace("kube-system")),
+            "team/tenant in kube-system: verbs=get,update apiGroups=coordination.k8s.io \
+             resources=leases resourceNames=controller"
+        );
+        let metrics = rule(json!({"nonResourceURLs": ["/metrics", "/healthz"], "verbs": ["get"]}));
+        assert_eq!(
+            grant("team/tenant", &metrics, Scope::Cluster),
+            "team/tenant cluster-wide: verbs=get nonResourceURLs=/metrics,/healthz"
+        );
+    }
+}

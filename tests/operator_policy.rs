@@ -1,0 +1,476 @@
+//! What the operator's own token may do once the chart is installed: its admission policy bounds
+//! it by power, not by names. Each attack below was admitted by a policy that checked names
+//! only; each is tried here as the operator's ServiceAccount (dry runs: admission runs, nothing
+//! is stored), beside the shape of what compositor really writes, which stays admitted.
+
+mod support;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+use compositor::api::CompositionDefinition;
+use support::installed::{
+    RELEASE, assert_refused_by_policy, dry_run_create, install, operator_client, wait_for_policy,
+};
+
+/// Labels and annotations of what compositor writes for definition `namespace/name`.
+fn bundle_metadata(name: &str, definition: &str) -> Value {
+    json!({
+        "name": name,
+        "labels": {"app.kubernetes.io/managed-by": "compositor"},
+        "annotations": {"compositor.dev/owner": definition},
+    })
+}
+
+fn object<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("object")
+}
+
+/// A dry-run patch's refusal, if any.
+async fn dry_run_patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::core::Status>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    match api.patch(name, &params, &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(*status),
+        Err(error) => panic!("dry-run patch: {error}"),
+    }
+}
+
+/// A dry-run deletion's refusal, if any.
+async fn dry_run_delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::core::Status>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(*status),
+        Err(error) => panic!("dry-run delete: {error}"),
+    }
+}
+
+/// Approves `lines` for the operator of the installation in `namespace`, as an administrator
+/// would (values: approvals, or RBAC of their own).
+async fn approve(client: &Client, namespace: &str, name: &str, lines: &[String]) {
+    let role: ClusterRole = object(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["compositor.dev"], "resources": ["grants"],
+                   "verbs": ["approve"], "resourceNames": lines}],
+    }));
+    let binding: ClusterRoleBinding = object(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "namespace": namespace, "name": RELEASE}],
+    }));
+    let apply = PatchParams::apply("test").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(name, &apply, &Patch::Apply(&role))
+        .await
+        .expect("approval role");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("approval binding");
+}
+
+/// The controller Deployment compositor writes for `<name>` in a definition's namespace, as
+/// JSON to vary.
+fn controller_deployment(name: &str, definition: &str) -> Value {
+    json!({
+        "metadata": bundle_metadata(name, definition),
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                    "containers": [{
+                        "name": "controller", "image": "compositor:test",
+                        "args": ["controller", "--definition", definition],
+                        "securityContext": {"allowPrivilegeEscalation": false,
+                                            "readOnlyRootFilesystem": true,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                    }],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    })
+}
+
+/// Merges `patch` into `value` (JSON merge patch: objects merge, anything else replaces).
+fn merged(mut value: Value, patch: &Value) -> Value {
+    json_patch_merge(&mut value, patch);
+    value
+}
+
+fn json_patch_merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    json_patch_merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+#[tokio::test]
+async fn roles_are_bounded_by_power_and_approval_not_by_names() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "policy-rbac").await;
+    install(&support::Helm::new(), &namespace, &["tenant.enabled=false"]);
+    wait_for_policy(&namespace).await;
+    let as_operator = operator_client(&namespace).await;
+    let roles = Api::<ClusterRole>::all(as_operator.clone());
+    let definition = format!("{namespace}/pwn");
+    let own = format!("compositor:{namespace}:pwn-v1");
+
+    // A ClusterRole named like a bundle's granting everything: refused until approved, line by
+    // line, and then only for the definition the approval names.
+    let everything = |definition: &str| -> ClusterRole {
+        object(json!({
+            "metadata": bundle_metadata(&own, definition),
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                      {"nonResourceURLs": ["*"], "verbs": ["*"]}],
+        }))
+    };
+    assert_refused_by_policy(
+        "a ClusterRole granting * on *",
+        dry_run_create(&roles, &everything(&definition)).await,
+    );
+    let lines = [
+        format!("{definition} cluster-wide: verbs=* apiGroups=* resources=*"),
+        format!("{definition} cluster-wide: verbs=* nonResourceURLs=*"),
+    ];
+    approve(
+        &client,
+        &namespace,
+        &support::unique("approve-pwn"),
+        &lines[..1],
+    )
+    .await;
+    assert_refused_by_policy(
+        "a ClusterRole with one of its two broad rules approved",
+        dry_run_create(&roles, &everything(&definition)).await,
+    );
+    approve(&client, &namespace, &support::unique("approve-pwn"), &lines).await;
+    support::eventually(
+        "the approved ClusterRole is admitted",
+        std::time::Duration::from_secs(10),
+        || async {
+            dry_run_create(&roles, &everything(&definition))
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert_refused_by_policy(
+        "the approved rules for another definition",
+        dry_run_create(&roles, &everything(&format!("{namespace}/other"))).await,
+    );
+
+    // Broad in other ways, each refused on its own.
+    for (what, rule) in [
+        (
+            "escalate without names",
+            json!({"apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"], "verbs": ["escalate"]}),
+        ),
+        (
+            "bind without names",
+            json!({"apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"], "verbs": ["bind"]}),
+        ),
+        (
+            "impersonate without names",
+            json!({"apiGroups": [""], "resources": ["users"],
+            "verbs": ["impersonate"]}),
+        ),
+        (
+            "every resource of a group",
+            json!({"apiGroups": ["apps"], "resources": ["*"],
+            "verbs": ["get"]}),
+        ),
+    ] {
+        let role: ClusterRole = object(json!({
+            "metadata": bundle_metadata(&own, &definition), "rules": [rule],
+        }));
+        assert_refused_by_policy(what, dry_run_create(&roles, &role).await);
+    }
+    let precise: ClusterRole = object(json!({
+        "metadata": bundle_metadata(&own, &definition),
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+                  {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["escalate", "bind"], "resourceNames": ["pwn-reader"]}],
+    }));
+    dry_run_create(&roles, &precise)
+        .await
+        .expect("precise rules need no approval");
+
+    // Aggregation hands a role's rules to every holder of view, edit or admin.
+    for label in ["view", "edit", "admin"] {
+        let aggregated = merged(
+            serde_json::to_value(&precise).unwrap(),
+            &json!({"metadata": {"labels": {
+                format!("rbac.authorization.k8s.io/aggregate-to-{label}"): "true"}}}),
+        );
+        assert_refused_by_policy(
+            &format!("a ClusterRole labelled aggregate-to-{label}"),
+            dry_run_create(&roles, &object(aggregated)).await,
+        );
+    }
+    let unlabelled = merged(
+        serde_json::to_value(&precise).unwrap(),
+        &json!({"metadata": {"labels": null}}),
+    );
+    assert_refused_by_policy(
+        "a ClusterRole without compositor's label",
+        dry_run_create(&roles, &object(unlabelled)).await,
+    );
+
+    // Every rule in kube-system needs approval, and a binding there binds only the ServiceAccounts
+    // its name stands for.
+    let kube_system = Api::<Role>::namespaced(as_operator.clone(), "kube-system");
+    let lease: Role = object(json!({
+        "metadata": bundle_metadata(&own, &definition),
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                   "verbs": ["get"]}],
+    }));
+    assert_refused_by_policy(
+        "an unapproved Role in kube-system",
+        dry_run_create(&kube_system, &lease).await,
+    );
+    let role_bindings = Api::<RoleBinding>::namespaced(as_operator.clone(), "kube-system");
+    let binding = |subject: Value| -> RoleBinding {
+        object(json!({
+            "metadata": bundle_metadata(&own, &definition),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": &own},
+            "subjects": [subject],
+        }))
+    };
+    assert_refused_by_policy(
+        "a RoleBinding in kube-system to another definition's controller",
+        dry_run_create(
+            &role_bindings,
+            &binding(json!({"kind": "ServiceAccount", "namespace": "team",
+                            "name": "tenants-v1-controller"})),
+        )
+        .await,
+    );
+    let bindings = Api::<ClusterRoleBinding>::all(as_operator.clone());
+    let cluster_binding = |subject: Value| -> ClusterRoleBinding {
+        object(json!({
+            "metadata": bundle_metadata(&own, &definition),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": &own},
+            "subjects": [subject],
+        }))
+    };
+    for (what, subject) in [
+        (
+            "pwn-controller in a namespace of the token holder's choice",
+            json!({"kind": "ServiceAccount", "namespace": "evil", "name": "pwn-controller"}),
+        ),
+        (
+            "another version's controller",
+            json!({"kind": "ServiceAccount", "namespace": &namespace, "name": "other-v1-controller"}),
+        ),
+        (
+            "a user",
+            json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "mallory"}),
+        ),
+        (
+            "the operator itself",
+            json!({"kind": "ServiceAccount", "namespace": &namespace, "name": RELEASE}),
+        ),
+    ] {
+        assert_refused_by_policy(
+            &format!("a ClusterRoleBinding to {what}"),
+            dry_run_create(&bindings, &cluster_binding(subject)).await,
+        );
+    }
+    for subject in [
+        json!({"kind": "ServiceAccount", "namespace": &namespace, "name": "pwn-v1-controller"}),
+        json!({"kind": "ServiceAccount", "namespace": "tenant-a",
+               "name": format!("compositor.{namespace}.pwn-v1")}),
+    ] {
+        dry_run_create(&bindings, &cluster_binding(subject.clone()))
+            .await
+            .unwrap_or_else(|status| panic!("a bundle's binding to {subject}: {status:?}"));
+    }
+}
+
+#[tokio::test]
+async fn controllers_run_only_the_controller_unprivileged_and_nothing_else_is_touched() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "policy-pods").await;
+    install(&support::Helm::new(), &namespace, &["tenant.enabled=false"]);
+    wait_for_policy(&namespace).await;
+    let as_operator = operator_client(&namespace).await;
+    let definition = format!("{namespace}/pwn");
+    let deployments = Api::<Deployment>::namespaced(as_operator.clone(), &namespace);
+    let base = controller_deployment("pwn-v1-controller", &definition);
+    dry_run_create(&deployments, &object(base.clone()))
+        .await
+        .expect("a controller Deployment as compositor writes it");
+
+    let container = |patch: Value| {
+        let mut container = base["spec"]["template"]["spec"]["containers"][0].clone();
+        json_patch_merge(&mut container, &patch);
+        json!({"spec": {"template": {"spec": {"containers": [container]}}}})
+    };
+    let pod = |patch: Value| json!({"spec": {"template": {"spec": patch}}});
+    for (what, patch) in [
+        (
+            "its own command",
+            container(json!({"command": ["/bin/sh", "-c", "id"]})),
+        ),
+        (
+            "another program than the controller",
+            container(json!({"args": ["run"]})),
+        ),
+        ("another image", container(json!({"image": "busybox"}))),
+        (
+            "an added capability",
+            container(json!({"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}})),
+        ),
+        (
+            "privilege escalation",
+            container(json!({"securityContext": {"allowPrivilegeEscalation": true}})),
+        ),
+        (
+            "a writable root",
+            container(json!({"securityContext": {"readOnlyRootFilesystem": false}})),
+        ),
+        (
+            "root",
+            pod(json!({"securityContext": {"runAsNonRoot": false, "runAsUser": 0}})),
+        ),
+        ("hostPID", pod(json!({"hostPID": true}))),
+        ("hostNetwork", pod(json!({"hostNetwork": true}))),
+        (
+            "a hostPath volume",
+            pod(json!({"volumes": [{"name": "tmp", "hostPath": {"path": "/"}}]})),
+        ),
+        (
+            "an image volume",
+            pod(json!({"volumes": [{"name": "tmp", "image": {"reference": "busybox"}}]})),
+        ),
+        (
+            "an init container",
+            pod(
+                json!({"initContainers": [{"name": "init", "image": "compositor:test",
+                                        "args": ["controller"]}]}),
+            ),
+        ),
+        (
+            "another ServiceAccount",
+            pod(json!({"serviceAccountName": "default"})),
+        ),
+    ] {
+        assert_refused_by_policy(
+            &format!("a controller Deployment with {what}"),
+            dry_run_create(&deployments, &object(merged(base.clone(), &patch))).await,
+        );
+    }
+    // kube-system's own controllers' accounts may escalate every role.
+    let system = Api::<Deployment>::namespaced(as_operator.clone(), "kube-system");
+    let aggregator = controller_deployment("clusterrole-aggregation-controller", &definition);
+    assert_refused_by_policy(
+        "a Deployment in kube-system as clusterrole-aggregation-controller",
+        dry_run_create(&system, &object(aggregator)).await,
+    );
+
+    // What compositor did not make it neither takes over nor deletes.
+    let team = support::namespace(&client, "policy-team").await;
+    let admin_account: ServiceAccount = object(json!({"metadata": {"name": "db-controller"}}));
+    Api::<ServiceAccount>::namespaced(client.clone(), &team)
+        .create(&PostParams::default(), &admin_account)
+        .await
+        .expect("an administrator's ServiceAccount");
+    let admin_deployment = merged(
+        controller_deployment("db-controller", &definition),
+        &json!({"metadata": {"labels": null, "annotations": null}}),
+    );
+    Api::<Deployment>::namespaced(client.clone(), &team)
+        .create(&PostParams::default(), &object(admin_deployment))
+        .await
+        .expect("an administrator's Deployment");
+    let accounts = Api::<ServiceAccount>::namespaced(as_operator.clone(), &team);
+    let team_deployments = Api::<Deployment>::namespaced(as_operator.clone(), &team);
+    assert_refused_by_policy(
+        "deleting an administrator's Deployment",
+        dry_run_delete(&team_deployments, "db-controller").await,
+    );
+    assert_refused_by_policy(
+        "deleting an administrator's ServiceAccount",
+        dry_run_delete(&accounts, "db-controller").await,
+    );
+    assert_refused_by_policy(
+        "labelling an administrator's ServiceAccount as compositor's",
+        dry_run_patch(
+            &accounts,
+            "db-controller",
+            json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "compositor"}}}),
+        )
+        .await,
+    );
+
+    // A definition is its author's: the operator changes its finalizers, nothing else.
+    let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+    let victim: CompositionDefinition = object(json!({
+        "metadata": {"name": "victim"},
+        "spec": {"chart": {"url": "https://charts.example.com", "repo": "db", "version": "1.0.0"}},
+    }));
+    definitions
+        .create(&PostParams::default(), &victim)
+        .await
+        .expect("a definition");
+    let as_operator_definitions =
+        Api::<CompositionDefinition>::namespaced(as_operator.clone(), &namespace);
+    assert_refused_by_policy(
+        "patching a definition's chart URL",
+        dry_run_patch(
+            &as_operator_definitions,
+            "victim",
+            json!({"spec": {"chart": {"url": "https://evil.example.com"}}}),
+        )
+        .await,
+    );
+    assert_refused_by_policy(
+        "annotating a definition",
+        dry_run_patch(
+            &as_operator_definitions,
+            "victim",
+            json!({"metadata": {"annotations": {"anything": "true"}}}),
+        )
+        .await,
+    );
+    dry_run_patch(
+        &as_operator_definitions,
+        "victim",
+        json!({"metadata": {"finalizers": [compositor::api::FINALIZER]}}),
+    )
+    .await
+    .expect("its finalizer");
+}

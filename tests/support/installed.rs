@@ -1,0 +1,118 @@
+//! The operator's chart installed on the test bed: its release, a client with the operator's
+//! own identity, and what its admission policy refuses.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+/// The release name of every installation here: the chart then names the operator's
+/// ServiceAccount and Deployment `compositor`.
+pub const RELEASE: &str = "compositor";
+
+/// The chart's directory.
+pub fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/compositor")
+}
+
+/// The chart's directory, as a string for `helm`.
+pub fn chart_path() -> String {
+    chart().to_str().expect("utf-8 path").to_string()
+}
+
+/// A client with the identity of the operator's ServiceAccount in `namespace` (the test bed's
+/// administrator may impersonate anyone).
+pub async fn operator_client(namespace: &str) -> Client {
+    super::init_tls();
+    let mut config = kube::Config::infer().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{RELEASE}"));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_string(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_string(),
+    ]);
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// Installs the chart as release `compositor` into `namespace`.
+pub fn install(helm: &super::Helm, namespace: &str, values: &[&str]) {
+    let chart = chart_path();
+    let mut args = vec![
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        namespace,
+        "--set",
+        "image.repository=compositor",
+        "--set",
+        "image.tag=test",
+    ];
+    for value in values {
+        args.extend(["--set", value]);
+    }
+    helm.ok(&args, None);
+}
+
+/// Creates `object` as a dry run (admission runs, nothing is stored); the apiserver's refusal,
+/// if any.
+pub async fn dry_run_create<K>(api: &Api<K>, object: &K) -> Result<(), kube::core::Status>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match api.create(&params, object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(*status),
+        Err(error) => panic!("dry-run create: {error}"),
+    }
+}
+
+/// Waits until the admission policy of the installation in `namespace` is enforced (a new
+/// policy takes a moment): a CRD of group example.com is refused to the operator.
+pub async fn wait_for_policy(namespace: &str) {
+    let crds = Api::<CustomResourceDefinition>::all(operator_client(namespace).await);
+    let foreign = crd("example.com", &super::unique("widgets"), "Widget");
+    super::eventually(
+        "the admission policy refuses a CRD of group example.com",
+        Duration::from_secs(30),
+        || async {
+            dry_run_create(&crds, &foreign)
+                .await
+                .is_err_and(|status| status.message.contains("ValidatingAdmissionPolicy"))
+        },
+    )
+    .await;
+}
+
+/// Asserts that the admission policy, not RBAC, refused `refusal`.
+pub fn assert_refused_by_policy(what: &str, refusal: Result<(), kube::core::Status>) {
+    let status = refusal
+        .err()
+        .unwrap_or_else(|| panic!("{what} was allowed"));
+    assert!(
+        status.message.contains("ValidatingAdmissionPolicy"),
+        "{what}: refused by the admission policy, not by RBAC: {status:?}"
+    );
+}
+
+/// A minimal CRD of `group`.
+pub fn crd(group: &str, plural: &str, kind: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object"}}}],
+        }
+    }))
+    .unwrap()
+}
