@@ -8,7 +8,8 @@ mod support;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
@@ -473,4 +474,191 @@ async fn controllers_run_only_the_controller_unprivileged_and_nothing_else_is_to
     )
     .await
     .expect("its finalizer");
+}
+
+/// Condition `type_` of definition `name`, as (status, reason, message).
+async fn condition(
+    definitions: &Api<CompositionDefinition>,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let definition = definitions.get_opt(name).await.expect("definition")?;
+    let conditions = definition.status.unwrap_or_default().conditions;
+    compositor::api::find_condition(&conditions, type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Polls `check` every 250 ms for up to two minutes; panics with `what` and `log()` if it never
+/// holds.
+async fn wait_for<F, Fut>(what: &str, log: impl Fn() -> String, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..480 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    panic!("timed out: {what}\n{}", log());
+}
+
+/// The chart's default Tenant (cert-manager, whose leader election Roles live in kube-system)
+/// installs only with an administrator's approval: without the approvals the chart ships, the
+/// definition is ApprovalRequired, lists each rule to approve, and grants nothing; with them it
+/// is Ready.
+#[tokio::test]
+async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
+    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
+        return;
+    };
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "policy-tenant").await;
+    let served = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo/real");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::copy(&chart, served.join("cert-manager-v1.19.1.tgz")).unwrap();
+    let url = format!(
+        "tenant.chart.url={}/real/cert-manager-v1.19.1.tgz",
+        support::env("COMPOSITOR_TEST_REPO_URL")
+    );
+    let username = format!(
+        "tenant.chart.credentials.username={}",
+        support::env("COMPOSITOR_TEST_REPO_USERNAME")
+    );
+    let watch = format!("watchNamespace={namespace}");
+    let mut values = vec![
+        url.as_str(),
+        "tenant.chart.repo=",
+        "tenant.chart.version=",
+        &username,
+        "tenant.chart.credentials.passwordRef.name=repo-password",
+        "tenant.chart.credentials.passwordRef.key=password",
+        &watch,
+    ];
+    if support::node().is_some() {
+        values.extend([
+            "image.repository=localhost/compositor",
+            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
+        ]);
+    }
+    let helm = support::Helm::new();
+    let mut unapproved = values.clone();
+    unapproved.push("tenant.approvals=null");
+    install(&helm, &namespace, &unapproved);
+    support::repo_password(&client, &namespace).await;
+    wait_for_policy(&namespace).await;
+    let cache = tempfile::tempdir().unwrap();
+    let operator = support::deployment_runs(
+        &client,
+        &namespace,
+        RELEASE,
+        &[
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+        ],
+    )
+    .await;
+
+    // The kube-system Roles are a release's: the first Tenant asks for them.
+    let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+    wait_for(
+        "the Tenant API is served",
+        || operator.output(),
+        || async {
+            condition(&definitions, "tenant", "CRDReady")
+                .await
+                .is_some_and(|(status, _, _)| status == "True")
+        },
+    )
+    .await;
+    let tenants = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &namespace,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("composition.compositor.dev", "v1-19-1", "Tenant"),
+            "tenants",
+        ),
+    );
+    let acme = support::unique("acme");
+    let tenant: DynamicObject = object(json!({
+        "apiVersion": "composition.compositor.dev/v1-19-1", "kind": "Tenant",
+        "metadata": {"name": &acme}, "spec": {"startupapicheck": {"enabled": false}},
+    }));
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .expect("tenant");
+    wait_for(
+        "the Tenant definition waits for approval",
+        || operator.output(),
+        || async {
+            condition(&definitions, "tenant", "ControllerReady")
+                .await
+                .is_some_and(|(_, reason, _)| reason == "ApprovalRequired")
+        },
+    )
+    .await;
+    let (status, _, message) = condition(&definitions, "tenant", "ControllerReady")
+        .await
+        .unwrap();
+    assert_eq!(status, "False");
+    let lines: Vec<&str> = message.lines().skip(1).collect();
+    assert!(
+        !lines.is_empty()
+            && lines
+                .iter()
+                .all(|line| line.starts_with(&format!("{namespace}/tenant in kube-system: "))),
+        "one line per rule to approve, each naming the definition and kube-system: {message}"
+    );
+    let bundle_role = format!("compositor:{namespace}:tenants-v1-19-1");
+    let kube_system = Api::<Role>::namespaced(client.clone(), "kube-system");
+    assert!(
+        kube_system.get_opt(&bundle_role).await.unwrap().is_none(),
+        "nothing granted in kube-system before the approval:\n{message}"
+    );
+
+    // With the approvals the chart ships by default.
+    let mut args = vec!["upgrade", RELEASE, &support::installed::chart_path()[..]]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    args.extend(["--namespace".into(), namespace.clone()]);
+    args.extend(["--set".into(), "image.repository=compositor".into()]);
+    args.extend(["--set".into(), "image.tag=test".into()]);
+    for value in &values {
+        args.extend(["--set".into(), value.to_string()]);
+    }
+    helm.ok(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+    wait_for(
+        "the Tenant definition is Ready once approved",
+        || format!("{message}\n{}", operator.output()),
+        || async {
+            condition(&definitions, "tenant", "Ready")
+                .await
+                .is_some_and(|(status, _, _)| status == "True")
+        },
+    )
+    .await;
+    assert!(
+        kube_system.get_opt(&bundle_role).await.unwrap().is_some(),
+        "granted in kube-system once approved"
+    );
+    tenants
+        .delete(&acme, &Default::default())
+        .await
+        .expect("delete the Tenant");
+    definitions
+        .delete("tenant", &Default::default())
+        .await
+        .expect("delete the Tenant definition");
+    wait_for(
+        "the Tenant definition is gone",
+        || operator.output(),
+        || async { definitions.get_opt("tenant").await.unwrap().is_none() },
+    )
+    .await;
+    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
 }
