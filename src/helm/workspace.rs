@@ -13,8 +13,10 @@ pub(super) struct Workspace {
 
 impl Workspace {
     pub(super) fn new(verb: &'static str) -> Result<Self, Error> {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("compositor-helm-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .map_err(|source| Error::Spawn { verb, source })?;
         Ok(Workspace { dir })
@@ -27,12 +29,15 @@ impl Workspace {
         Ok(workspace)
     }
 
-    /// Writes a file readable by the owner only; `name` may have folders, which are made.
+    /// Writes a file readable by the owner only; `name` may have folders, which are made
+    /// private too.
     pub(super) fn write(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let path = self.dir.path().join(name);
         if let Some(folder) = path.parent() {
-            std::fs::create_dir_all(folder).map_err(|source| Error::Spawn {
+            let mut folders = std::fs::DirBuilder::new();
+            folders.recursive(true).mode(0o700);
+            folders.create(folder).map_err(|source| Error::Spawn {
                 verb: "write",
                 source,
             })?;
@@ -94,5 +99,25 @@ impl Args {
 
     pub(super) fn flag(&mut self, name: &str, value: impl AsRef<OsStr>) -> &mut Self {
         self.push(name).push(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_workspace_and_its_folders_and_files_are_its_owners_alone() {
+        let workspace = Workspace::new("test").unwrap();
+        let file = workspace
+            .write("plugins/renderer/plugin.yaml", b"x")
+            .unwrap();
+        let mode =
+            |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(workspace.dir.path()), 0o700);
+        assert_eq!(mode(&workspace.dir.path().join("plugins")), 0o700);
+        assert_eq!(mode(&workspace.dir.path().join("plugins/renderer")), 0o700);
+        assert_eq!(mode(&file), 0o600);
     }
 }
