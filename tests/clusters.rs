@@ -1,10 +1,11 @@
 //! The cluster registry against the test bed and a second control plane started here: clusters
-//! registered and unregistered by Secrets, clients that follow a rotated token without a
-//! restart, and failures told apart (unreachable, silent, wrong CA, rejected token) within
+//! registered and unregistered by Secrets, read only once selected (as the operator publishes
+//! a definition's selection), clients that follow a rotated token without a restart, and failures told apart (unreachable, silent, wrong CA, rejected token) within
 //! bounded time.
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,16 +54,36 @@ fn registration(name: &str, labels: serde_json::Value, key: &str, kubeconfig: &s
     .expect("secret")
 }
 
-/// A registry over a fresh namespace of the management cluster, listed.
-async fn registry() -> (Registry, Api<Secret>, kube::Config) {
+/// Which registration Secrets a registry may read, as the operator would publish them.
+type Selecting = tokio::sync::watch::Sender<Option<BTreeSet<String>>>;
+
+/// Selects exactly `names`.
+fn select(selecting: &Selecting, names: &[&str]) {
+    let names = names.iter().map(|name| name.to_string()).collect();
+    selecting.send_replace(Some(names));
+}
+
+/// A registry over a fresh namespace of the management cluster, with nothing selected yet;
+/// ready once a first (empty) selection is published.
+async fn registry() -> (Registry, Api<Secret>, Selecting) {
     let management = support::client().await;
     let namespace = support::namespace(&management, "clusters").await;
     let config = kube::Config::infer().await.expect("management config");
-    let registry = Registry::new(management.clone(), &namespace, config.clone());
+    let selecting = Selecting::new(None);
+    let registry = Registry::new(
+        management.clone(),
+        &namespace,
+        config,
+        selecting.subscribe(),
+    );
+    let wait = Duration::from_millis(500);
+    let early = tokio::time::timeout(wait, registry.ready()).await;
+    assert!(early.is_err(), "not ready before a selection is published");
+    select(&selecting, &[]);
     tokio::time::timeout(Duration::from_secs(30), registry.ready())
         .await
         .expect("registry lists its Secrets");
-    (registry, Api::namespaced(management, &namespace), config)
+    (registry, Api::namespaced(management, &namespace), selecting)
 }
 
 fn names(registry: &Registry) -> Vec<String> {
@@ -145,6 +166,7 @@ async fn namespaces(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
 struct Scene {
     registry: Registry,
     secrets: Api<Secret>,
+    selecting: Selecting,
     remote_admin: kube::Client,
     admin_kubeconfig: String,
     server: String,
@@ -178,6 +200,7 @@ impl Scene {
         let labels = json!({CLUSTER_LABEL: "true"});
         self.create(&registration("edge", labels, "kubeconfig", &kubeconfig))
             .await;
+        select(&self.selecting, &["edge"]);
         wait_for_names(&self.registry, &[LOCAL, "edge"]).await;
         let edge = self.registry.client("edge").await.expect("client for edge");
         let listed = namespaces(&edge.client).await.expect("list on edge");
@@ -209,6 +232,10 @@ impl Scene {
             &self.admin_kubeconfig,
         ))
         .await;
+        // Not a cluster of this registry until it is selected.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(names(&self.registry), [LOCAL, "edge"]);
+        select(&self.selecting, &["edge", "flux"]);
         wait_for_names(&self.registry, &[LOCAL, "edge", "flux"]).await;
         let flux = self.registry.client("flux").await.expect("client for flux");
         assert!(namespaces(&flux.client).await.is_ok());
@@ -274,11 +301,12 @@ async fn a_remote_cluster_is_registered_rotated_unregistered_and_stopped() {
     let (server, ca) = server_and_ca(&admin_kubeconfig);
     let remote_admin = remote.client().await;
     remote_identities(&remote_admin).await;
-    let (registry, secrets, _) = registry().await;
+    let (registry, secrets, selecting) = registry().await;
     assert_eq!(names(&registry), [LOCAL]);
     let scene = Scene {
         registry,
         secrets,
+        selecting,
         remote_admin,
         admin_kubeconfig,
         server,
@@ -347,7 +375,7 @@ fn failing_kubeconfigs(
 
 #[tokio::test]
 async fn failures_are_told_apart_in_bounded_time() {
-    let (registry, secrets, _) = registry().await;
+    let (registry, secrets, selecting) = registry().await;
     let management = std::fs::read_to_string(support::env("KUBECONFIG")).expect("kubeconfig");
     let (server, ca) = server_and_ca(&management);
     // Accepts connections (the kernel does) but never answers: a hung API server.
@@ -367,6 +395,8 @@ async fn failures_are_told_apart_in_bounded_time() {
             .await
             .expect("create Secret");
     }
+    let selected: Vec<&str> = cases.iter().map(|(name, _)| *name).collect();
+    select(&selecting, &selected);
     let expected = [LOCAL, "bad-token", "closed", "exec", "silent", "wrong-ca"];
     wait_for_names(&registry, &expected).await;
 

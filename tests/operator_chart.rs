@@ -281,8 +281,12 @@ async fn the_installed_chart_bounds_what_the_operator_may_do() {
         "the operator reads no Secrets outside its namespaces"
     );
     assert!(
-        !can(json!({"verb": "list", "resource": "secrets", "namespace": &namespace})).await,
-        "nor lists them anywhere"
+        !can(json!({"verb": "list", "resource": "secrets", "namespace": "default"})).await,
+        "nor lists them anywhere else"
+    );
+    assert!(
+        can(json!({"verb": "watch", "resource": "secrets", "namespace": &namespace})).await,
+        "it lists and watches the Secrets of its own namespace, where clusters are registered"
     );
     assert!(
         can(json!({"verb": "get", "resource": "secrets", "namespace": &namespace})).await,

@@ -72,20 +72,7 @@ impl Rollout {
             .create(&PostParams::default(), &registration)
             .await
             .expect("register the remote cluster");
-        let cache = std::env::temp_dir().join(support::unique("chart-cache"));
-        let operator = Process::start(&[
-            "run",
-            "--namespace",
-            &namespace,
-            "--clusters-namespace",
-            &namespace,
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--controller-image",
-            "compositor:test",
-        ]);
+        let operator = Process::operator_with(&namespace, &["--clusters-namespace", &namespace]);
         let group = format!("{namespace}.compositor.dev");
         let mut source = chart.source;
         source["credentials"] = json!({"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),

@@ -196,6 +196,11 @@ pub struct CompositionDefinitionStatus {
     /// Lossy schema conversion steps, capped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The registration Secrets (in the clusters namespace) the placement selects, by name:
+    /// the controllers may read exactly these and install on their clusters. Published once
+    /// the controllers are granted them; absent when the placement is `Local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secrets: Option<Vec<String>>,
 }
 
 /// A resolved chart.

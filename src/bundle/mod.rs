@@ -92,7 +92,7 @@ pub struct Bundle {
     /// records has every other grant already.
     pub namespace_roles: Vec<(Role, RoleBinding)>,
     /// The controller's own rules in other namespaces than the definition's (the chart
-    /// source's Secrets and ConfigMaps there, the cluster Secrets).
+    /// source's Secrets and ConfigMaps there, the selected cluster Secrets, by name).
     pub controller_roles: Vec<(Role, RoleBinding)>,
     /// `get` on the definition and on the credential Secrets the chart reference uses, and
     /// the controller's leader election Lease.

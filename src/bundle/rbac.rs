@@ -52,9 +52,11 @@ pub struct Permissions {
     /// CA bundle ConfigMaps the controller reads, as (namespace, name).
     pub config_maps: BTreeSet<(String, String)>,
     /// Where the Secrets that register remote clusters are, when the definition places beyond
-    /// the local cluster: the controller watches them there (Kubernetes cannot limit a list or
-    /// a watch by label, so it may read every Secret of that namespace).
+    /// the local cluster.
     pub clusters_namespace: Option<String>,
+    /// The registration Secrets there that the placement selects: the controller reads and
+    /// watches exactly these, by name, and no other Secret of that namespace.
+    pub cluster_secrets: BTreeSet<String>,
 }
 
 impl Permissions {
@@ -173,16 +175,23 @@ impl Permissions {
     }
 
     /// The controller's own rules in namespaces but the definition's: `get` by name on the
-    /// chart source's Secrets and ConfigMaps that live there, and reading the Secrets that
-    /// register clusters. No release identity holds these.
+    /// chart source's Secrets and ConfigMaps that live there, and reading and watching the
+    /// selected registration Secrets, by name (a list or watch of one name, which Kubernetes
+    /// authorizes against `resourceNames`). No release identity holds these.
     pub fn controller_namespace_rules(
         &self,
         definition_namespace: &str,
     ) -> BTreeMap<String, Vec<PolicyRule>> {
         let mut by_namespace = self.reference_rules();
         by_namespace.remove(definition_namespace);
-        if let Some(namespace) = &self.clusters_namespace {
-            let clusters = rule("", ["secrets".to_string()], &["get", "list", "watch"]);
+        // No rule at all when nothing is selected: empty `resourceNames` would mean every name.
+        if let Some(namespace) = &self.clusters_namespace
+            && !self.cluster_secrets.is_empty()
+        {
+            let clusters = PolicyRule {
+                verbs: vec!["get".into(), "list".into(), "watch".into()],
+                ..get_named("", "secrets", self.cluster_secrets.clone())
+            };
             by_namespace
                 .entry(namespace.clone())
                 .or_default()

@@ -67,6 +67,7 @@ fn controller() -> Controller {
             secrets: [("demo".to_string(), "repo-password".to_string())].into(),
             config_maps: [("demo".to_string(), "repo-ca".to_string())].into(),
             clusters_namespace: None,
+            cluster_secrets: BTreeSet::new(),
         },
     }
 }
@@ -443,15 +444,17 @@ fn deployment_args(controller: &Controller) -> Vec<String> {
 }
 
 #[test]
-fn a_remote_placement_lets_the_controller_read_the_cluster_secrets_and_says_where() {
+fn a_remote_placement_lets_the_controller_read_the_selected_cluster_secrets_by_name() {
     let mut controller = controller();
     assert!(!deployment_args(&controller).contains(&"--clusters-namespace".to_string()));
     controller.permissions.clusters_namespace = Some("compositor-system".into());
+    controller.permissions.cluster_secrets = ["edge".to_string(), "prod".to_string()].into();
     let namespaced = controller.permissions.controller_namespace_rules("demo");
     let namespaced = serde_json::to_value(namespaced).unwrap();
     assert_eq!(
         namespaced["compositor-system"],
-        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+        json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["edge", "prod"],
+                "verbs": ["get", "list", "watch"]}])
     );
     let args = deployment_args(&controller);
     let at = args
@@ -459,4 +462,12 @@ fn a_remote_placement_lets_the_controller_read_the_cluster_secrets_and_says_wher
         .position(|a| a == "--clusters-namespace")
         .expect("flag");
     assert_eq!(args[at + 1], "compositor-system");
+
+    // Nothing selected: no rule at all, since a rule without names would cover every Secret.
+    controller.permissions.cluster_secrets.clear();
+    let namespaced = controller.permissions.controller_namespace_rules("demo");
+    assert!(
+        !namespaced.contains_key("compositor-system"),
+        "{namespaced:?}"
+    );
 }

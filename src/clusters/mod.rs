@@ -9,15 +9,20 @@
 //!
 //! Design:
 //!
-//! - **Listing costs no API call.** Two watches (one per label) keep the registration Secrets
-//!   in memory. Label selectors are conjunctions: no selector says "this label *or* that one",
-//!   and watching every Secret of the namespace instead would hold Helm release Secrets and
-//!   anything else living there. A Secret carrying both labels is in both stores and listed once.
+//! - **Exactly the selected Secrets, by name.** The operator grants a definition's controllers
+//!   `get`, `list` and `watch` on the registration Secrets its placement selects, by name, and
+//!   publishes those names in the definition's status ([`selected_secrets`]); the registry
+//!   keeps one watch per name (`metadata.name=<name>`, which Kubernetes authorizes against the
+//!   role's `resourceNames`), started and stopped as the published names change ([`Selection`]).
+//!   So a controller never lists the namespace, which also holds other clusters' kubeconfigs
+//!   and whatever else lives there. A selected Secret that loses its registration label is not
+//!   a cluster, even before the operator's next selection drops it.
+//! - **Listing costs no API call.** The watches keep the selected Secrets in memory.
 //! - **Rotation without restart.** Clients are cached per cluster under the SHA-256 of the
 //!   Secret's kubeconfig content. Each [`Registry::client`] call hashes the current content
 //!   (microseconds, no API call): an unchanged Secret reuses its client, connection pool
 //!   included; a rotated one gets a new client on the next call. Clients of Secrets that are
-//!   deleted or unlabelled are dropped.
+//!   deleted, unlabelled or no longer selected are dropped.
 //! - **A dead cluster costs bounded time.** Remote clients connect within [`CONNECT_TIMEOUT`]
 //!   and must keep answering within [`READ_TIMEOUT`]; [`Registry::reachable`] asks `/version`
 //!   and gives up after [`REACHABLE_TIMEOUT`], so one unreachable cluster cannot hold a worker
@@ -35,29 +40,33 @@
 //!   Secret and why; Helm later receives a kubeconfig built from the client's `Config`, so what
 //!   the client can do, Helm must be able to do too. No message ever contains a credential.
 
+#[cfg(test)]
+mod credential_tests;
 mod error;
 mod kubeconfig;
+mod named;
+mod selection;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::Api;
-use kube::core::{Selector, SelectorExt};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, watcher};
+use kube::core::SelectorExt;
 
 pub use error::Error;
 pub use kubeconfig::{
     CLUSTER_LABEL, CONNECT_TIMEOUT, DEFAULT_KUBECONFIG_KEY, KUBECONFIG_KEY_ANNOTATION,
     MULTICLUSTER_RUNTIME_LABEL, READ_TIMEOUT, content_hash, is_registered, kubeconfig_key,
 };
+pub use named::Selection;
+pub use selection::selected_secrets;
+
+use named::{ClientCache, NamedSecrets};
 
 /// The name of the management cluster, always registered.
 pub const LOCAL: &str = "local";
@@ -140,28 +149,37 @@ struct Inner {
     local: ClusterClient,
     /// Where remote clients count their requests, under their cluster's name.
     metrics: Option<Arc<crate::runtime::Metrics>>,
-    /// One store per registration label.
-    stores: Vec<Store<Secret>>,
-    cache: Arc<Mutex<HashMap<String, ClusterClient>>>,
-    watch: Option<tokio::task::JoinHandle<()>>,
+    /// The selected registration Secrets, one watch each.
+    secrets: Arc<NamedSecrets>,
+    cache: ClientCache,
+    /// Follows the selection, starting and stopping the watches.
+    selecting: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(watch) = &self.watch {
-            watch.abort();
+        if let Some(selecting) = &self.selecting {
+            selecting.abort();
         }
+        self.secrets.clear();
     }
 }
 
 impl Registry {
-    /// A registry of the clusters registered in `namespace` of the management cluster that
-    /// `client` (built from `config`) talks to. Starts watching at once (it must be called
-    /// within a Tokio runtime); [`Registry::ready`] waits for the first listing.
+    /// A registry of the clusters whose registration Secrets in `namespace` of the management
+    /// cluster that `client` (built from `config`) talks to are in `selection`. Starts watching
+    /// at once (it must be called within a Tokio runtime); [`Registry::ready`] waits for the
+    /// first selection and its listing.
     ///
-    /// Needs list and watch on Secrets in `namespace` (nothing else: no get, no write).
-    pub fn new(client: kube::Client, namespace: impl Into<String>, config: kube::Config) -> Self {
-        Self::start(client, namespace.into(), config, None)
+    /// Needs `get`, `list` and `watch` on each selected Secret, by name (nothing else: no
+    /// listing of the namespace, no write).
+    pub fn new(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        config: kube::Config,
+        selection: Selection,
+    ) -> Self {
+        Self::start(client, namespace.into(), config, selection, None)
     }
 
     /// As [`Registry::new`], with every request of a remote client counted in `metrics`
@@ -170,63 +188,48 @@ impl Registry {
         client: kube::Client,
         namespace: impl Into<String>,
         config: kube::Config,
+        selection: Selection,
         metrics: Arc<crate::runtime::Metrics>,
     ) -> Self {
-        Self::start(client, namespace.into(), config, Some(metrics))
+        Self::start(client, namespace.into(), config, selection, Some(metrics))
     }
 
     fn start(
         client: kube::Client,
         namespace: String,
         config: kube::Config,
+        selection: Selection,
         metrics: Option<Arc<crate::runtime::Metrics>>,
     ) -> Self {
         let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-        let mut stores = Vec::new();
-        let mut streams = Vec::new();
-        for label in [CLUSTER_LABEL, MULTICLUSTER_RUNTIME_LABEL] {
-            let (store, writer) = reflector::store();
-            let selector = format!("{label}=true");
-            let events = watcher(api.clone(), watcher::Config::default().labels(&selector))
-                .backoff(crate::runtime::watch_backoff());
-            streams.push(reflector::reflector(writer, events).boxed());
-            stores.push(store);
-        }
-        let cache = Arc::new(Mutex::new(HashMap::new()));
-        let watch = tokio::spawn(watch(
-            futures::stream::select_all(streams),
-            Pruner {
-                namespace: namespace.clone(),
-                stores: stores.clone(),
-                cache: cache.clone(),
-            },
+        let secrets = Arc::new(NamedSecrets::new(namespace.clone()));
+        let cache = ClientCache::default();
+        let selecting = tokio::spawn(follow_selection(
+            selection,
+            secrets.clone(),
+            api,
+            cache.clone(),
         ));
-        Self::build(
-            namespace,
-            local_client(client, config),
-            metrics,
-            stores,
-            cache,
-            Some(watch),
-        )
+        let local = local_client(client, config);
+        Self::build(namespace, local, metrics, secrets, cache, Some(selecting))
     }
 
     fn build(
         namespace: String,
         local: ClusterClient,
         metrics: Option<Arc<crate::runtime::Metrics>>,
-        stores: Vec<Store<Secret>>,
-        cache: Arc<Mutex<HashMap<String, ClusterClient>>>,
-        watch: Option<tokio::task::JoinHandle<()>>,
+        secrets: Arc<NamedSecrets>,
+        cache: ClientCache,
+        selecting: Option<tokio::task::JoinHandle<()>>,
     ) -> Self {
         Registry {
             inner: Arc::new(Inner {
                 namespace,
                 local,
                 metrics,
-                stores,
+                secrets,
                 cache,
-                watch,
+                selecting,
             }),
         }
     }
@@ -236,14 +239,11 @@ impl Registry {
         &self.inner.namespace
     }
 
-    /// Returns once both watches have listed their Secrets: before that, [`Registry::clusters`]
-    /// may miss some. Waits while the listing fails (e.g. no RBAC yet), so callers put a
-    /// timeout around it.
+    /// Returns once the selection is known and each selected Secret's watch has listed it:
+    /// before that, [`Registry::clusters`] may miss some. Waits while the selection is unknown
+    /// or a listing fails (e.g. no RBAC yet), so callers put a timeout around it.
     pub async fn ready(&self) {
-        for store in &self.inner.stores {
-            // Err only when the watch task is gone, i.e. the registry is being dropped.
-            let _ = store.wait_until_ready().await;
-        }
+        self.inner.secrets.ready().await;
     }
 
     /// The clusters, sorted by name, from memory (no API call).
@@ -253,12 +253,7 @@ impl Registry {
     /// Registered clusters whose Secret is unusable are listed too, so that a placement reports
     /// them (their [`Registry::client`] says why); a Secret named `local` is not.
     pub fn clusters(&self, selector: Option<&LabelSelector>) -> Result<Vec<Cluster>, Error> {
-        let selector = selector
-            .map(|selector| Selector::try_from(selector.clone()))
-            .transpose()
-            .map_err(|err| Error::InvalidSelector {
-                detail: err.0.clone(),
-            })?;
+        let selector = selection::matcher(selector)?;
         let mut clusters = Vec::new();
         if selector.is_none() {
             clusters.push(Cluster {
@@ -368,29 +363,14 @@ impl Registry {
         refused
     }
 
-    /// Every registration Secret by name, once, the newest copy when both stores hold it.
+    /// Every selected registration Secret by name.
     fn secrets(&self) -> BTreeMap<String, Arc<Secret>> {
-        let mut secrets: BTreeMap<String, Arc<Secret>> = BTreeMap::new();
-        for secret in self.inner.stores.iter().flat_map(Store::state) {
-            let name = secret.metadata.name.clone().unwrap_or_default();
-            match secrets.get(&name) {
-                Some(known) if !newer(&secret, known) => {}
-                _ => {
-                    secrets.insert(name, secret);
-                }
-            }
-        }
-        secrets
+        self.inner.secrets.all()
     }
 
-    /// The registration Secret `name`, the newest copy when both stores hold it.
+    /// The selected registration Secret `name`.
     fn secret(&self, name: &str) -> Option<Arc<Secret>> {
-        let key = ObjectRef::new(name).within(&self.inner.namespace);
-        self.inner
-            .stores
-            .iter()
-            .filter_map(|store| store.get(&key))
-            .reduce(|a, b| if newer(&b, &a) { b } else { a })
+        self.inner.secrets.get(name)
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClusterClient>> {
@@ -413,18 +393,6 @@ fn local_client(client: kube::Client, config: kube::Config) -> ClusterClient {
     }
 }
 
-/// Whether `a` is a later version of the same Secret than `b`. Resource versions are opaque,
-/// but the API server's are etcd revisions; if either does not parse, `a` is not newer.
-fn newer(a: &Secret, b: &Secret) -> bool {
-    let version = |s: &Secret| {
-        s.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    matches!((version(a), version(b)), (Some(a), Some(b)) if a > b)
-}
-
 /// Why a client cannot be built from a checked `Config`, without data from it (a proxy URL may
 /// carry a password).
 fn build_error(err: &kube::Error) -> String {
@@ -439,57 +407,24 @@ fn build_error(err: &kube::Error) -> String {
     }
 }
 
-/// Drops cached clients whose Secret is gone from every store.
-struct Pruner {
-    namespace: String,
-    stores: Vec<Store<Secret>>,
-    cache: Arc<Mutex<HashMap<String, ClusterClient>>>,
-}
-
-impl Pruner {
-    fn prune(&self) {
-        let mut cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        cache.retain(|name, _| {
-            let key = ObjectRef::new(name).within(&self.namespace);
-            self.stores.iter().any(|store| store.get(&key).is_some())
-        });
-    }
-}
-
-/// Drives both watches (the reflectors fill the stores), drops clients of Secrets that went
-/// away, and logs Secrets that cannot register a cluster when they appear or change.
-async fn watch<S>(mut events: S, pruner: Pruner)
-where
-    S: futures::Stream<Item = Result<watcher::Event<Secret>, watcher::Error>> + Unpin,
-{
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
-                if let Err(err) = precheck(&secret, &pruner.namespace) {
-                    tracing::warn!(reason = err.reason(), "{err}");
-                }
-            }
-            Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => pruner.prune(),
-            Ok(watcher::Event::Init) => {}
-            Err(err) => tracing::warn!(
-                namespace = pruner.namespace,
-                "watching cluster Secrets failed (retrying): {}",
-                error::chain(&err)
-            ),
+/// Keeps a watch for each Secret `selection` names, from the first selection on; the cached
+/// clients of Secrets no longer selected go with their watches.
+async fn follow_selection(
+    mut selection: Selection,
+    secrets: Arc<NamedSecrets>,
+    api: Api<Secret>,
+    cache: ClientCache,
+) {
+    loop {
+        let names = selection.borrow_and_update().clone();
+        if let Some(names) = names {
+            secrets.select(&names, &cache, |name| {
+                named::watch_named(&api, name, &cache)
+            });
+        }
+        // Err when the selection's sender is gone: the last selection stays.
+        if selection.changed().await.is_err() {
+            return;
         }
     }
-}
-
-/// The checks that need no parsing: the name and the key.
-fn precheck(secret: &Secret, namespace: &str) -> Result<(), Error> {
-    let name = secret.metadata.name.as_deref().unwrap_or_default();
-    if name == LOCAL {
-        return Err(Error::ReservedName {
-            secret: format!("{namespace}/{LOCAL}"),
-        });
-    }
-    kubeconfig::kubeconfig_bytes(secret, namespace).map(|_| ())
 }

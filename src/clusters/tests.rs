@@ -1,6 +1,6 @@
 //! The registry without a cluster: stores fed by hand, kubeconfigs written inline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -9,13 +9,19 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
 
+use super::named::{Named, NamedSecrets};
 use super::*;
 
-const NS: &str = "compositor";
-const TOKEN: &str = "tok-SEKRET-0123456789";
+pub(super) const NS: &str = "compositor";
+pub(super) const TOKEN: &str = "tok-SEKRET-0123456789";
 
 /// A Secret with labels, annotations and data.
-fn secret(name: &str, rv: u64, labels: &[(&str, &str)], data: &[(&str, &str)]) -> Secret {
+pub(super) fn secret(
+    name: &str,
+    rv: u64,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> Secret {
     let mut secret = Secret::default();
     secret.metadata.name = Some(name.into());
     secret.metadata.namespace = Some(NS.into());
@@ -46,67 +52,72 @@ fn ca_data() -> String {
 }
 
 /// A kubeconfig whose current context's user is `user` (YAML lines under `user:`).
-fn kubeconfig(user: &str) -> String {
+pub(super) fn kubeconfig(user: &str) -> String {
     kubeconfig_with(&format!("certificate-authority-data: {}", ca_data()), user)
 }
 
 /// A kubeconfig with `ca` (a YAML line) in its cluster and `user` as its user.
-fn kubeconfig_with(ca: &str, user: &str) -> String {
+pub(super) fn kubeconfig_with(ca: &str, user: &str) -> String {
     let user: String = user.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n    {ca}\nusers:\n- name: u\n  user:\n{user}contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
     )
 }
 
-fn token_kubeconfig(token: &str) -> String {
+pub(super) fn token_kubeconfig(token: &str) -> String {
     kubeconfig(&format!("token: {token}"))
 }
 
-const COMPOSITOR: (&str, &str) = (CLUSTER_LABEL, "true");
+pub(super) const COMPOSITOR: (&str, &str) = (CLUSTER_LABEL, "true");
 const MCR: (&str, &str) = (MULTICLUSTER_RUNTIME_LABEL, "true");
 
-/// A registry over two hand-fed stores (as the two label watches would fill them).
-struct Fixture {
-    registry: Registry,
-    writers: Vec<Writer<Secret>>,
-    pruner: Pruner,
+/// A registry whose selected Secrets' stores are fed by hand (as their watches would fill
+/// them).
+pub(super) struct Fixture {
+    pub(super) registry: Registry,
+    writers: BTreeMap<String, Writer<Secret>>,
 }
 
 impl Fixture {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         crate::runtime::init_tls();
-        let (stores, writers): (Vec<_>, Vec<_>) = (0..2).map(|_| reflector::store()).unzip();
         let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config.clone()).unwrap();
-        let cache = Arc::new(Mutex::new(HashMap::new()));
-        let pruner = Pruner {
-            namespace: NS.into(),
-            stores: stores.clone(),
-            cache: cache.clone(),
-        };
+        let secrets = Arc::new(NamedSecrets::new(NS.into()));
         let local = local_client(client, config);
-        let registry = Registry::build(NS.into(), local, None, stores, cache, None);
+        let registry = Registry::build(NS.into(), local, None, secrets, Default::default(), None);
         Fixture {
             registry,
-            writers,
-            pruner,
+            writers: BTreeMap::new(),
         }
     }
 
-    /// Applies `secret` to the store of each of its registration labels.
-    fn apply(&mut self, secret: &Secret) {
-        let labels = secret.metadata.labels.clone().unwrap_or_default();
-        for (label, writer) in [CLUSTER_LABEL, MULTICLUSTER_RUNTIME_LABEL]
-            .iter()
-            .zip(&mut self.writers)
-        {
-            if labels.get(*label).is_some_and(|v| v == "true") {
-                writer.apply_watcher_event(&Event::Apply(secret.clone()));
-            } else {
-                writer.apply_watcher_event(&Event::Delete(secret.clone()));
-            }
+    /// Selects exactly `names`, as a new selection published by the operator would.
+    fn select(&mut self, names: &[&str]) {
+        let names: BTreeSet<String> = names.iter().map(|name| name.to_string()).collect();
+        let inner = &self.registry.inner;
+        let writers = &mut self.writers;
+        writers.retain(|name, _| names.contains(name));
+        inner.secrets.select(&names, &inner.cache, |name| {
+            let (store, writer) = reflector::store();
+            writers.insert(name.to_string(), writer);
+            Named { store, task: None }
+        });
+    }
+
+    /// Applies `secret` as the watch of its name sees it (whatever its labels), selecting its
+    /// name first if it is not yet.
+    pub(super) fn apply(&mut self, secret: &Secret) {
+        let name = secret.metadata.name.clone().unwrap();
+        if !self.writers.contains_key(&name) {
+            let mut names: Vec<String> = self.writers.keys().cloned().collect();
+            names.push(name.clone());
+            self.select(&names.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        self.pruner.prune();
+        let writer = self.writers.get_mut(&name).unwrap();
+        writer.apply_watcher_event(&Event::Apply(secret.clone()));
+        let store = writer.as_reader();
+        named::prune(&self.registry.inner.cache, &store, NS, &name);
     }
 
     fn names(&self, selector: Option<&LabelSelector>) -> Vec<String> {
@@ -133,11 +144,6 @@ fn the_kubeconfig_key_is_the_annotation_or_kubeconfig() {
 
 #[test]
 fn either_label_registers_with_the_value_true() {
-    let labels = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
     assert!(is_registered(&labels(&[COMPOSITOR])));
     assert!(is_registered(&labels(&[MCR])));
     assert!(is_registered(&labels(&[(CLUSTER_LABEL, "false"), MCR])));
@@ -198,6 +204,100 @@ async fn clusters_are_local_and_the_registered_ones_selected_by_their_labels() {
         "cluster \"dev\" is not registered: no Secret compositor/dev labelled \
          compositor.dev/cluster: \"true\" (or sigs.k8s.io/multicluster-runtime-kubeconfig: \"true\")"
     );
+}
+
+#[tokio::test]
+async fn only_selected_secrets_are_clusters_and_a_deselected_ones_client_goes() {
+    let mut f = Fixture::new();
+    let config = token_kubeconfig(TOKEN);
+    let kc = [("kubeconfig", config.as_str())];
+    f.apply(&secret("dev", 1, &[COMPOSITOR], &kc));
+    f.apply(&secret("prod", 2, &[COMPOSITOR], &kc));
+    f.registry.client("dev").await.unwrap();
+    assert_eq!(f.names(None), ["local", "dev", "prod"]);
+
+    // The operator no longer selects dev: not a cluster, its client dropped, though its Secret
+    // is still registered.
+    f.select(&["prod"]);
+    assert_eq!(f.names(None), ["local", "prod"]);
+    assert!(!f.registry.cache().contains_key("dev"));
+    let err = f.registry.client("dev").await.unwrap_err();
+    assert!(matches!(err, Error::ClusterNotFound { .. }), "{err}");
+
+    // Selected again: a new watch, which lists it before it is a cluster once more.
+    f.select(&["dev", "prod"]);
+    assert_eq!(f.names(None), ["local", "prod"]);
+    f.apply(&secret("dev", 3, &[COMPOSITOR], &kc));
+    assert_eq!(f.names(None), ["local", "dev", "prod"]);
+
+    // Nothing selected: only the management cluster.
+    f.select(&[]);
+    assert_eq!(f.names(None), ["local"]);
+    assert!(f.registry.cache().is_empty());
+}
+
+#[tokio::test]
+async fn ready_waits_for_a_selection_and_its_listing() {
+    let mut f = Fixture::new();
+    let wait = Duration::from_millis(50);
+    let ready = |f: &Fixture| {
+        let registry = f.registry.clone();
+        async move { tokio::time::timeout(wait, registry.ready()).await.is_ok() }
+    };
+    assert!(!ready(&f).await, "no selection published yet");
+    f.select(&[]);
+    assert!(ready(&f).await, "an empty selection is known at once");
+    f.select(&["eu"]);
+    assert!(!ready(&f).await, "eu's watch has not listed yet");
+    let writer = f.writers.get_mut("eu").unwrap();
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitDone);
+    assert!(ready(&f).await, "listed (eu does not exist)");
+    assert_eq!(f.names(None), ["local"]);
+}
+
+/// Labels from pairs.
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_placement_selects_registration_secrets_by_their_labels_never_local() {
+    let secrets = [
+        ("dev", labels(&[COMPOSITOR, ("env", "dev")])),
+        ("prod", labels(&[MCR, ("env", "prod")])),
+        ("local", labels(&[COMPOSITOR, ("env", "prod")])),
+        ("helm-record", labels(&[("env", "prod")])),
+        ("off", labels(&[(CLUSTER_LABEL, "false"), ("env", "prod")])),
+    ];
+    let select = |placement: serde_json::Value| {
+        let placement: crate::api::Placement = serde_json::from_value(placement).unwrap();
+        let listed = secrets.iter().map(|(name, labels)| (*name, labels));
+        selected_secrets(&placement, listed).map(|names| names.into_iter().collect::<Vec<_>>())
+    };
+    assert_eq!(select(serde_json::json!({})), None, "Local needs no Secret");
+    assert_eq!(
+        select(serde_json::json!({"clusters": "AllClusters"})),
+        Some(vec!["dev".to_string(), "prod".to_string()])
+    );
+    let prod = serde_json::json!({"clusters": "Selector",
+        "clusterSelector": {"matchLabels": {"env": "prod"}}});
+    assert_eq!(select(prod), Some(vec!["prod".to_string()]));
+    let not_dev = serde_json::json!({"clusters": "Selector", "clusterSelector": {
+        "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]}});
+    assert_eq!(select(not_dev), Some(vec!["prod".to_string()]));
+    // A selector that selects nothing, or cannot be read, grants nothing.
+    let none = Some(Vec::new());
+    assert_eq!(select(serde_json::json!({"clusters": "Selector"})), none);
+    let invalid = serde_json::json!({"clusters": "Selector", "clusterSelector": {
+        "matchExpressions": [{"key": "env", "operator": "Near", "values": ["x"]}]}});
+    assert_eq!(select(invalid), none);
+    let nobody = serde_json::json!({"clusters": "Selector",
+        "clusterSelector": {"matchLabels": {"env": "qa"}}});
+    assert_eq!(select(nobody), none);
 }
 
 #[tokio::test]
@@ -269,7 +369,7 @@ async fn a_secret_named_local_is_refused_and_local_stays_the_management_cluster(
         "Secret compositor/local cannot register a cluster: \"local\" is the management \
          cluster's name; rename the Secret"
     );
-    assert!(precheck(&secret("local", 1, &[], &[]), NS).is_err());
+    assert!(named::precheck(&secret("local", 1, &[], &[]), NS).is_err());
 }
 
 #[tokio::test]
@@ -298,215 +398,4 @@ async fn the_kubeconfig_is_read_from_the_annotated_key() {
          compositor.dev/kubeconfig-key to the key holding it)"
     );
     assert_eq!(f.registry.refused().await.len(), 1);
-}
-
-/// The error of a kubeconfig registered as cluster `eu`.
-async fn refusal(config: &str) -> Error {
-    let mut f = Fixture::new();
-    f.apply(&secret("eu", 1, &[COMPOSITOR], &[("kubeconfig", config)]));
-    f.registry.client("eu").await.unwrap_err()
-}
-
-#[tokio::test]
-async fn exec_plugins_are_refused_naming_the_cluster_and_why() {
-    let exec = format!(
-        "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /usr/local/bin/aws\n  args: [eks, get-token, --token, {TOKEN}]\n  env: [{{name: AWS_SECRET_ACCESS_KEY, value: {TOKEN}}}]"
-    );
-    let err = refusal(&kubeconfig(&exec)).await;
-    assert_eq!(err.reason(), "UnsupportedAuth");
-    let message = err.to_string();
-    assert!(
-        message.starts_with(
-            "cluster \"eu\": the kubeconfig in Secret compositor/eu uses an exec plugin (\"aws\"), \
-             which compositor cannot run"
-        ),
-        "{message}"
-    );
-    assert!(!message.contains(TOKEN) && !format!("{err:?}").contains(TOKEN));
-}
-
-#[tokio::test]
-async fn other_authentication_and_file_references_are_refused() {
-    let cases = [
-        (
-            "auth-provider: {name: oidc, config: {id-token: x}}",
-            "UnsupportedAuth",
-            "auth provider \"oidc\"",
-        ),
-        (
-            &format!("username: admin\npassword: {TOKEN}"),
-            "UnsupportedAuth",
-            "basic authentication",
-        ),
-        (
-            &format!("token: {TOKEN}\nas: someone"),
-            "UnsupportedAuth",
-            "impersonation",
-        ),
-        (
-            "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
-            "UnsupportedAuth",
-            "tokenFile: \"/var/run/secrets/kubernetes.io/serviceaccount/token\" names a file",
-        ),
-        (
-            "client-certificate: /etc/c.crt\nclient-key: /etc/c.key",
-            "UnsupportedAuth",
-            "client-certificate: \"/etc/c.crt\" names a file",
-        ),
-        ("{}", "UnsupportedAuth", "no credentials"),
-    ];
-    for (user, reason, expected) in cases {
-        let err = refusal(&kubeconfig(user)).await;
-        let message = err.to_string();
-        assert_eq!(err.reason(), reason, "{message}");
-        assert!(message.contains(expected), "{message}");
-        assert!(!message.contains(TOKEN), "{message}");
-    }
-    let ca_file = kubeconfig_with("certificate-authority: /etc/ca.crt", "token: t");
-    let err = refusal(&ca_file).await;
-    assert_eq!(err.reason(), "InvalidKubeconfig", "{err}");
-    assert!(
-        err.to_string()
-            .contains("certificate-authority: \"/etc/ca.crt\" names a file")
-    );
-}
-
-#[tokio::test]
-async fn client_certificates_are_accepted() {
-    let identity = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
-    let cert = STANDARD.encode(identity.cert.pem());
-    let key = STANDARD.encode(identity.signing_key.serialize_pem());
-    let config = kubeconfig(&format!(
-        "client-certificate-data: {cert}\nclient-key-data: {key}"
-    ));
-    let mut f = Fixture::new();
-    f.apply(&secret("eu", 1, &[COMPOSITOR], &[("kubeconfig", &config)]));
-    f.registry.client("eu").await.unwrap();
-
-    let half = kubeconfig(&format!("client-certificate-data: {cert}"));
-    let err = refusal(&half).await;
-    assert_eq!(err.reason(), "InvalidKubeconfig");
-    assert!(err.to_string().contains("go together"), "{err}");
-}
-
-#[tokio::test]
-async fn invalid_kubeconfigs_are_described_without_their_content() {
-    let good = token_kubeconfig(TOKEN);
-    let cases = [
-        // A YAML error on the token's line: the parser would quote it.
-        (
-            good.replace(&format!("token: {TOKEN}"), &format!("token: {TOKEN}: [")),
-            "not a YAML kubeconfig (line",
-        ),
-        (
-            good.replace("current-context: x", "current-context: y"),
-            "current-context \"y\" is not among its contexts",
-        ),
-        (
-            good.replace("current-context: x\n", ""),
-            "it has no current-context",
-        ),
-        (
-            good.replace("cluster: c,", "cluster: d,"),
-            "the cluster \"d\" of context \"x\" is not among its clusters",
-        ),
-        (
-            good.replace("https://127.0.0.1:6443", "https://[bad"),
-            "its server is not a URL",
-        ),
-        (
-            good.replace(
-                "certificate-authority-data: ",
-                &format!("certificate-authority-data: {TOKEN}!"),
-            ),
-            "certificate-authority-data is not base64",
-        ),
-        (format!("{TOKEN}\n"), "not a YAML kubeconfig"),
-    ];
-    // The YAML library quotes the offending line: what these messages must not do.
-    let raw = kube::config::Kubeconfig::from_yaml(&cases[0].0).unwrap_err();
-    assert!(raw.to_string().contains(TOKEN), "{raw}");
-    for (config, expected) in cases {
-        let err = refusal(&config).await;
-        let message = err.to_string();
-        assert_eq!(err.reason(), "InvalidKubeconfig", "{message}");
-        assert!(message.contains(expected), "{message}");
-        assert!(!message.contains(TOKEN), "{message}");
-        assert!(!format!("{err:?}").contains(TOKEN), "{err:?}");
-    }
-}
-
-#[tokio::test]
-async fn a_client_shows_no_credential() {
-    let mut f = Fixture::new();
-    f.apply(&secret(
-        "eu",
-        1,
-        &[COMPOSITOR],
-        &[("kubeconfig", &token_kubeconfig(TOKEN))],
-    ));
-    let client = f.registry.client("eu").await.unwrap();
-    let debug = format!("{client:?}");
-    assert!(
-        debug.contains("https://127.0.0.1:6443") && !debug.contains(TOKEN),
-        "{debug}"
-    );
-}
-
-#[test]
-fn request_errors_are_classified() {
-    let api = |code: u16, message: &str| {
-        let mut status = kube::core::Status::failure(message, "Reason");
-        status.code = code;
-        kube::Error::Api(status.boxed())
-    };
-    let classify = |err| error::request_error("eu", "compositor/eu", "https://h:1", err);
-    let unauthorized = classify(api(401, "Unauthorized"));
-    assert_eq!(unauthorized.reason(), "ClusterUnauthorized");
-    assert_eq!(
-        unauthorized.to_string(),
-        "cluster \"eu\" at https://h:1 rejected the credentials of Secret compositor/eu (HTTP 401): \
-         Unauthorized"
-    );
-    assert_eq!(
-        classify(api(503, "unavailable")).reason(),
-        "ClusterUnreachable"
-    );
-    let forbidden = classify(api(403, "forbidden: nope"));
-    assert_eq!(forbidden.reason(), "ClusterForbidden");
-    assert_eq!(
-        forbidden.to_string(),
-        "cluster \"eu\" at https://h:1: the identity of Secret compositor/eu may not do this \
-         (HTTP 403): forbidden: nope; grant it what the chart writes there"
-    );
-    let failed = classify(api(500, "etcd timeout"));
-    assert_eq!(failed.reason(), "ClusterRequestFailed");
-    assert!(
-        failed
-            .to_string()
-            .ends_with("request failed: HTTP 500: etcd timeout")
-    );
-}
-
-#[test]
-fn servers_are_shown_without_user_info() {
-    let uri: http::Uri = "https://user:pw@10.0.0.1:6443/prefix?x=1".parse().unwrap();
-    assert_eq!(error::server(&uri), "https://10.0.0.1:6443");
-    let uri: http::Uri = "https://example.com".parse().unwrap();
-    assert_eq!(error::server(&uri), "https://example.com");
-}
-
-#[test]
-fn error_chains_say_each_message_once() {
-    #[derive(Debug, thiserror::Error)]
-    #[error("ServiceError: client error (Connect)")]
-    struct Outer(#[source] Middle);
-    #[derive(Debug, thiserror::Error)]
-    #[error("client error (Connect)")]
-    struct Middle(#[source] std::io::Error);
-    let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
-    assert_eq!(
-        error::chain(&Outer(Middle(io))),
-        "client error (Connect): Connection refused"
-    );
 }

@@ -2,6 +2,7 @@
 //! installs, fetched as the definition resolved it, and the composition's values, checked
 //! against the chart's own schema.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -19,11 +20,13 @@ use crate::chart::{self, Fetched};
 use crate::schema;
 
 /// This controller's definition, kept by a watch of that one object, so that a reconcile
-/// reads it from memory instead of the API server.
+/// reads it from memory instead of the API server; and the cluster Secrets it selects, as the
+/// operator publishes them, for the cluster registry.
 pub(super) struct DefinitionWatch {
     api: Api<CompositionDefinition>,
     name: String,
     store: Store<CompositionDefinition>,
+    selection: tokio::sync::watch::Sender<Option<BTreeSet<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -32,21 +35,47 @@ impl DefinitionWatch {
     pub(super) fn start(client: Client, namespace: &str, name: &str) -> Self {
         let api = Api::<CompositionDefinition>::namespaced(client, namespace);
         let (store, writer) = reflector::store();
+        let selection = tokio::sync::watch::Sender::new(None);
+        let publish = selection.clone();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let events = watcher(api.clone(), config)
             .backoff(crate::runtime::watch_backoff())
             .reflect(writer)
-            .for_each(|event| async move {
-                if let Err(error) = event {
-                    tracing::debug!(%error, "watching the definition failed (retrying)");
+            .for_each(move |event| {
+                match event {
+                    Ok(
+                        watcher::Event::Apply(definition) | watcher::Event::InitApply(definition),
+                    ) => {
+                        let published = published_selection(&definition);
+                        publish.send_if_modified(|known| {
+                            let changed = published.is_some() && *known != published;
+                            if changed {
+                                *known = published;
+                            }
+                            changed
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(%error, "watching the definition failed (retrying)")
+                    }
                 }
+                futures::future::ready(())
             });
         DefinitionWatch {
             api,
             name: name.to_string(),
             store,
+            selection,
             task: tokio::spawn(events),
         }
+    }
+
+    /// The cluster Secrets the definition selects, as its status publishes them: `None` until
+    /// it does. A status without them (the definition was just created, or is being rewritten)
+    /// leaves the last published ones.
+    pub(super) fn selection(&self) -> crate::clusters::Selection {
+        self.selection.subscribe()
     }
 
     /// The definition as the watch has it, if it already serves `version`; otherwise (not yet
@@ -71,6 +100,12 @@ impl Drop for DefinitionWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The cluster Secrets `definition`'s status names, if it names them.
+fn published_selection(definition: &CompositionDefinition) -> Option<BTreeSet<String>> {
+    let names = definition.status.as_ref()?.cluster_secrets.as_ref()?;
+    Some(names.iter().cloned().collect())
 }
 
 /// Whether `definition`'s status lists `version` among its served ones.

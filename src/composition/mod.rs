@@ -136,8 +136,17 @@ impl Context {
             controller: format!("compositor-{}-{}", config.resource, config.version),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let definition = inputs::DefinitionWatch::start(
+            client.clone(),
+            &config.definition_namespace,
+            &config.definition_name,
+        );
         let clusters = match &config.clusters_namespace {
-            Some(namespace) => Some(registry(&client, namespace, &kube_config, &metrics).await?),
+            Some(namespace) => {
+                let selection = definition.selection();
+                let reading = (namespace.as_str(), selection);
+                Some(registry(&client, reading, &kube_config, &metrics).await?)
+            }
             None => None,
         };
         Ok(Context {
@@ -145,11 +154,7 @@ impl Context {
             clusters,
             remotes: reach::Remotes::default(),
             uninstall_attempts: cleanup::Attempts::default(),
-            definition: inputs::DefinitionWatch::start(
-                client.clone(),
-                &config.definition_namespace,
-                &config.definition_name,
-            ),
+            definition,
             last_chart: inputs::LastChart::default(),
             failures: error::Failures::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
@@ -168,14 +173,15 @@ impl Context {
     }
 }
 
-/// How long the cluster Secrets may take to be listed at start.
+/// How long the cluster Secrets may take to be published and listed at start.
 const REGISTRY_START: Duration = Duration::from_secs(30);
 
-/// The cluster registry of `namespace`, once it has listed the Secrets there: a registry that
-/// has not yet would make registered clusters look unplaced, and their releases removed.
+/// The cluster registry of the Secrets in `namespace` that `selection` names, once the
+/// selection is published and they are listed: a registry that has not yet would make
+/// registered clusters look unplaced, and their releases removed.
 async fn registry(
     client: &Client,
-    namespace: &str,
+    (namespace, selection): (&str, crate::clusters::Selection),
     kube_config: &kube::Config,
     metrics: &Arc<Metrics>,
 ) -> Result<crate::clusters::Registry, String> {
@@ -183,12 +189,16 @@ async fn registry(
         client.clone(),
         namespace,
         kube_config.clone(),
+        selection,
         metrics.clone(),
     );
     tokio::time::timeout(REGISTRY_START, registry.ready())
         .await
         .map_err(|_| {
-            format!("the cluster Secrets in namespace {namespace} were not listed within {REGISTRY_START:?}")
+            format!(
+                "the cluster Secrets in namespace {namespace} that the definition selects were \
+                 not published in its status.clusterSecrets and listed within {REGISTRY_START:?}"
+            )
         })?;
     Ok(registry)
 }

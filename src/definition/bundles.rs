@@ -31,13 +31,17 @@ pub(super) struct Served {
     pub warnings: Vec<String>,
 }
 
-/// The compositions of a definition, by version, and how each older version's schema breaks
-/// against the current one.
-pub(super) struct Compositions<'a> {
+/// What a definition's bundles are granted for: its compositions, by version, how each older
+/// version's schema breaks against the current one, and the cluster Secrets its placement
+/// selects.
+pub(super) struct Grants<'a> {
     /// Every composition by its version label.
     pub by_version: &'a BTreeMap<String, VersionUse>,
     /// Per older version, what the current schema refuses of it (empty: compatible).
     pub breaks: &'a BTreeMap<String, Vec<String>>,
+    /// The registration Secrets every version's controller may read, by name; `None` when the
+    /// definition places on the management cluster only.
+    pub cluster_secrets: Option<&'a BTreeSet<String>>,
 }
 
 /// Applies the bundle of `current` (chart `fetched`) and of every version in `known` that
@@ -48,7 +52,7 @@ pub(super) async fn apply(
     current: &GeneratedResource,
     fetched: &Fetched,
     known: &[DefinitionVersion],
-    compositions: Compositions<'_>,
+    compositions: Grants<'_>,
 ) -> Result<Served, Error> {
     let mut served = Served::default();
     let mut desired = BTreeSet::new();
@@ -72,8 +76,19 @@ pub(super) async fn apply(
             version: version.clone(),
             ..current.clone()
         };
-        let applied =
-            apply_version(definition, context, resource, &chart, &chart_version, &used).await?;
+        let grants = VersionGrants {
+            used: &used,
+            cluster_secrets: compositions.cluster_secrets,
+        };
+        let applied = apply_version(
+            definition,
+            context,
+            resource,
+            &chart,
+            &chart_version,
+            grants,
+        )
+        .await?;
         desired.extend(applied.keys);
         served.warnings.extend(applied.warnings);
         let breaks = compositions.breaks.get(&version);
@@ -105,7 +120,7 @@ fn served_versions(
     current: &GeneratedResource,
     fetched: &Fetched,
     known: &[DefinitionVersion],
-    compositions: &Compositions<'_>,
+    compositions: &Grants<'_>,
 ) -> Vec<(String, String)> {
     let older = known.iter().filter(|known| {
         known.version != current.version && compositions.by_version.contains_key(&known.version)
@@ -127,15 +142,26 @@ struct Applied {
     warnings: Vec<String>,
 }
 
+/// What one version's bundle is granted for.
+struct VersionGrants<'a> {
+    /// Its compositions, whose releases go where the controller may write.
+    used: &'a VersionUse,
+    /// The registration Secrets the controller may read, by name.
+    cluster_secrets: Option<&'a BTreeSet<String>>,
+}
+
 /// Applies the bundle of `resource`'s version, chart `chart` at `chart_version`, granted where
-/// the releases of `used` go.
+/// the releases of its compositions go and the cluster Secrets the placement selects.
 async fn apply_version(
     definition: &CompositionDefinition,
     context: &Context,
     resource: GeneratedResource,
     chart: &Fetched,
     chart_version: &str,
-    used: &VersionUse,
+    VersionGrants {
+        used,
+        cluster_secrets,
+    }: VersionGrants<'_>,
 ) -> Result<Applied, Error> {
     let spec = &definition.spec;
     let placement = spec.placement.namespace;
@@ -162,6 +188,7 @@ async fn apply_version(
         permissions: Permissions {
             clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
                 .then(|| context.config.clusters_namespace.clone()),
+            cluster_secrets: cluster_secrets.cloned().unwrap_or_default(),
             footprint: footprint.footprint.clone(),
             releases,
             listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),

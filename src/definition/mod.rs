@@ -3,12 +3,15 @@
 //!
 //! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
 //! into a CRD version and apply the CRD (`crds`) → watch its compositions (`watch`) → derive the
-//! controller's permissions from the chart and apply one bundle per served version, deleting
-//! stale ones (`bundles`) → move compositions to the current version and retire the others
-//! (`moves`) → write status. Deletion of a definition is `cleanup`'s.
+//! controller's permissions from the chart and from the registration Secrets its placement
+//! selects (`clusters`), and apply one bundle per served version, deleting stale ones
+//! (`bundles`) → move compositions to the current version and retire the others (`moves`) →
+//! write status, which publishes the selected Secrets once they are granted. Deletion of a
+//! definition is `cleanup`'s.
 
 mod bundles;
 mod cleanup;
+mod clusters;
 mod crds;
 mod grants;
 mod inputs;
@@ -111,6 +114,16 @@ pub enum Error {
     /// The finalizer helper failed.
     #[error("finalizer failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The registration Secrets are not listed yet, so which ones the placement selects is not
+    /// known.
+    #[error(
+        "the cluster Secrets in namespace {namespace} are not listed yet (the operator needs \
+         list and watch on Secrets there)"
+    )]
+    ClusterSecretsNotListed {
+        /// The clusters namespace.
+        namespace: String,
+    },
 }
 
 impl Error {
@@ -125,6 +138,7 @@ impl Error {
             Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
             Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
             Error::ApprovalRequired { .. } => ("ControllerReady", "ApprovalRequired"),
+            Error::ClusterSecretsNotListed { .. } => ("ControllerReady", "ClusterSecretsNotListed"),
             Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
         }
     }
@@ -172,6 +186,8 @@ pub struct Context {
     footprints: Mutex<BTreeMap<String, permissions::ChartFootprint>>,
     /// The composition watch of each definition.
     compositions: watch::Watches,
+    /// The registration Secrets of the clusters namespace, and which each placement selects.
+    cluster_secrets: clusters::ClusterSecrets,
     /// Where those watches send the definitions to reconcile, taken by [`run`].
     trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
@@ -179,7 +195,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for the operator.
+    /// A context for the operator; starts watching the registration Secrets (it must be called
+    /// within a Tokio runtime).
     pub fn new(
         client: Client,
         config: Config,
@@ -192,7 +209,10 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let (compositions, trigger_receiver) = watch::Watches::new(client.clone());
+        let cluster_secrets =
+            clusters::ClusterSecrets::start(client.clone(), &config.clusters_namespace);
         Context {
+            cluster_secrets,
             recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
@@ -236,8 +256,10 @@ pub async fn run(
     context
         .metrics
         .count_phases(counted, controller.store(), phase);
+    let cluster_secrets_changed = context.cluster_secrets.changes(controller.store());
     controller
         .reconcile_on(triggers)
+        .reconcile_on(cluster_secrets_changed)
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
         .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
         .owns(Api::<Role>::all(client.clone()), owned.clone())
@@ -432,18 +454,24 @@ async fn converge(
 
     let compositions = grants::list_compositions(&context.client, names, current).await?;
     let breaks = moves::breaks_to(&crd.live, current);
+    let placement = &definition.spec.placement;
+    let cluster_secrets = context.cluster_secrets.selected(placement).await?;
     let served = bundles::apply(
         definition,
         context,
         &crd.resource,
         &fetched,
         &status.versions,
-        bundles::Compositions {
+        bundles::Grants {
             by_version: &compositions,
             breaks: &breaks,
+            cluster_secrets: cluster_secrets.as_ref(),
         },
     )
     .await?;
+    // Published once every controller may read them, so that none watches a Secret it may
+    // not read yet.
+    status.cluster_secrets = cluster_secrets.map(|names| names.into_iter().collect());
     let moving = follow_current_version(
         definition,
         context,

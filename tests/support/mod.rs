@@ -267,8 +267,13 @@ impl Process {
 
     /// The operator, watching only `namespace`, with a chart cache of its own.
     pub fn operator(namespace: &str) -> Self {
+        Self::operator_with(namespace, &[])
+    }
+
+    /// As [`Process::operator`], with `extra` arguments.
+    pub fn operator_with(namespace: &str, extra: &[&str]) -> Self {
         let cache = std::env::temp_dir().join(unique("chart-cache"));
-        Self::start(&[
+        let mut args = vec![
             "run",
             "--namespace",
             namespace,
@@ -278,7 +283,9 @@ impl Process {
             cache.to_str().expect("utf-8 path"),
             "--controller-image",
             "compositor:test",
-        ])
+        ];
+        args.extend_from_slice(extra);
+        Self::start(&args)
     }
 
     /// The value of metric `series` (name and labels as exposed), read from the process's
