@@ -384,7 +384,21 @@ pub async fn run_deployment(
         .map(String::as_str)
         .collect();
     args.extend_from_slice(extra_args);
-    Process::spawn(&args, &path, name, &[("POD_NAME", name)])
+    // The downward API, as the kubelet would fill it in.
+    let mut vars = vec![("POD_NAME".to_string(), name.to_string())];
+    for var in container.env.iter().flatten() {
+        let field = var
+            .value_from
+            .as_ref()
+            .and_then(|from| from.field_ref.as_ref());
+        match field.map(|field| field.field_path.as_str()) {
+            Some("metadata.name") => vars.push((var.name.clone(), name.to_string())),
+            Some("metadata.namespace") => vars.push((var.name.clone(), namespace.to_string())),
+            _ => {}
+        }
+    }
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Process::spawn(&args, &path, name, &vars)
 }
 
 /// The test bed's node, when it has one (`e2e/testbed.sh up --node`, what `make test` starts
