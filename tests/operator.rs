@@ -701,6 +701,68 @@ async fn two_definitions_of_one_chart_get_isolated_rbac_and_may_not_serve_the_sa
         1,
         "no bundle for the copy"
     );
+
+    // Nor may it add a version of its own to the first one's CRD.
+    let newer = json!({"spec": {"chart": {"version": "1.1.6"}}});
+    second
+        .definitions()
+        .patch("copycat", &PatchParams::default(), &Patch::Merge(newer))
+        .await
+        .unwrap();
+    support::eventually(
+        "a newer chart version is refused the first one's CRD too",
+        Duration::from_secs(60),
+        || async {
+            let copycat = second.definitions().get("copycat").await.unwrap();
+            let status = copycat.status.unwrap_or_default();
+            status.chart.is_some_and(|chart| chart.version == "1.1.6")
+                && find_condition(&status.conditions, "CRDReady")
+                    .is_some_and(|c| c.reason == "CRDOwnedByAnotherDefinition")
+        },
+    )
+    .await;
+    let crd = Api::<CustomResourceDefinition>::all(first.client.clone())
+        .get(&format!("fireworksapps.{}", first.group))
+        .await
+        .unwrap();
+    let served: Vec<&str> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(served, ["v1-1-5"], "the first definition's CRD is its own");
+}
+
+/// A chart whose `crds/` names compositor's own CRD is refused before anything is written: its
+/// releases would otherwise update or delete it.
+#[tokio::test]
+async fn a_chart_may_not_bring_compositors_own_crds() {
+    let fixture = Fixture::new("op-crd-steal").await;
+    let own = compositor::api::crds_yaml().unwrap();
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string"}}}"#;
+    let name = support::unique("crd-thief");
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    let url = support::publish_chart(
+        &name,
+        &[
+            ("Chart.yaml", &chart_yaml),
+            ("values.schema.json", schema),
+            ("values.yaml", "name: x\n"),
+            ("crds/compositor.yaml", &own),
+            (
+                "templates/configmap.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n",
+            ),
+        ],
+    );
+    fixture.apply_definition("thief", json!({"url": url})).await;
+    let thief = fixture.wait_condition("thief", "CRDReady", "False").await;
+    let conditions = thief.status.unwrap().conditions;
+    let condition = find_condition(&conditions, "CRDReady").unwrap();
+    assert_eq!(condition.reason, "ChartCRDNotAllowed", "{condition:?}");
+    assert!(
+        condition
+            .message
+            .contains("compositiondefinitions.compositor.dev"),
+        "{condition:?}"
+    );
+    fixture.assert_no_bundle().await;
 }
 
 #[tokio::test]

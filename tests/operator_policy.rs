@@ -212,6 +212,11 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
             json!({"apiGroups": ["apps"], "resources": ["*"],
             "verbs": ["get"]}),
         ),
+        (
+            "bind on cluster-admin, which it may not escalate",
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["bind"], "resourceNames": ["cluster-admin"]}),
+        ),
     ] {
         let role: ClusterRole = object(json!({
             "metadata": bundle_metadata(&own, &definition), "rules": [rule],

@@ -4,8 +4,10 @@
 //! chart's admission policy (`charts/compositor/templates/admission-policy.yaml`) does, by power
 //! rather than by name. A rule of a Role or ClusterRole the operator writes needs approval when
 //! it is *broad*: `*` among its verbs, API groups or resources, any non-resource URL, or
-//! `escalate`, `bind` or `impersonate` without resource names. Every rule of a Role in a
-//! `kube-*` namespace needs approval too, broad or not.
+//! `escalate`, `bind` or `impersonate` without resource names, or `bind` on a role the same
+//! role may not `escalate` (a role the chart binds but does not define, such as
+//! `cluster-admin`). Every rule of a Role in a `kube-*` namespace needs approval too, broad or
+//! not.
 //!
 //! Each such rule is described by one [`grant`] line, which names the definition it serves, and
 //! an administrator approves it by granting the operator's ServiceAccount the verb
@@ -34,8 +36,9 @@ pub enum Scope<'a> {
     Namespace(&'a str),
 }
 
-/// Whether a rule of a Role or ClusterRole in `scope` needs an administrator's approval.
-pub fn needs_approval(rule: &PolicyRule, scope: Scope<'_>) -> bool {
+/// Whether `rule`, one of the rules `role` of a Role or ClusterRole in `scope`, needs an
+/// administrator's approval.
+pub fn needs_approval(rule: &PolicyRule, role: &[PolicyRule], scope: Scope<'_>) -> bool {
     let star = |list: &Option<Vec<String>>| list.iter().flatten().any(|item| item == "*");
     let unnamed = rule.resource_names.as_ref().is_none_or(Vec::is_empty);
     let powerful = rule
@@ -51,6 +54,23 @@ pub fn needs_approval(rule: &PolicyRule, scope: Scope<'_>) -> bool {
             .as_ref()
             .is_some_and(|urls| !urls.is_empty())
         || (powerful && unnamed)
+        || binds_foreign(rule, role)
+}
+
+/// Whether `rule` allows binding a role by name that `role` may not `escalate`: one the chart
+/// binds without defining, which may be any role of the cluster.
+fn binds_foreign(rule: &PolicyRule, role: &[PolicyRule]) -> bool {
+    let escalated: Vec<&String> = role
+        .iter()
+        .filter(|other| other.verbs.iter().any(|verb| verb == "escalate"))
+        .flat_map(|other| other.resource_names.iter().flatten())
+        .collect();
+    rule.verbs.iter().any(|verb| verb == "bind")
+        && rule
+            .resource_names
+            .iter()
+            .flatten()
+            .any(|name| !escalated.contains(&name))
 }
 
 /// Whether `namespace` is one of Kubernetes' own (`kube-system`, `kube-public`,
@@ -94,27 +114,29 @@ impl Bundle {
             &self.chart_cluster_role,
         ]
         .into_iter()
-        .flat_map(|role| role.rules.iter().flatten().map(|rule| (rule, None)));
+        .map(|role| (role.rules.as_deref().unwrap_or_default(), Scope::Cluster));
         let namespaced = self
             .namespace_roles
             .iter()
             .chain(&self.controller_roles)
             .map(|(role, _)| role)
             .chain([&self.definition_role])
-            .flat_map(|role| {
-                let namespace = role.metadata.namespace.as_deref();
-                role.rules
-                    .iter()
-                    .flatten()
-                    .map(move |rule| (rule, namespace))
+            .map(|role| {
+                let namespace = role.metadata.namespace.as_deref().unwrap_or_default();
+                (
+                    role.rules.as_deref().unwrap_or_default(),
+                    Scope::Namespace(namespace),
+                )
             });
-        cluster
-            .chain(namespaced)
-            .filter_map(|(rule, namespace)| {
-                let scope = namespace.map_or(Scope::Cluster, Scope::Namespace);
-                needs_approval(rule, scope).then(|| grant(definition, rule, scope))
-            })
-            .collect()
+        let mut lines = BTreeSet::new();
+        for (rules, scope) in cluster.chain(namespaced) {
+            for rule in rules {
+                if needs_approval(rule, rules, scope) {
+                    lines.insert(grant(definition, rule, scope));
+                }
+            }
+        }
+        lines
     }
 }
 
@@ -142,7 +164,10 @@ mod tests {
             json!({"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}),
         ];
         for value in broad {
-            assert!(needs_approval(&rule(value.clone()), cluster), "{value}");
+            assert!(
+                needs_approval(&rule(value.clone()), &[], cluster),
+                "{value}"
+            );
         }
         let precise = [
             json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}),
@@ -152,16 +177,34 @@ mod tests {
                    "resourceNames": ["compositor.team.tenants-v1"]}),
         ];
         for value in precise {
-            assert!(!needs_approval(&rule(value.clone()), cluster), "{value}");
+            let role = [rule(value.clone())];
+            assert!(!needs_approval(&role[0], &role, cluster), "{value}");
+            let team = Scope::Namespace("team");
+            assert!(!needs_approval(&role[0], &role, team), "{value}");
+            let system = Scope::Namespace("kube-system");
             assert!(
-                !needs_approval(&rule(value.clone()), Scope::Namespace("team")),
-                "{value}"
-            );
-            assert!(
-                needs_approval(&rule(value.clone()), Scope::Namespace("kube-system")),
+                needs_approval(&role[0], &role, system),
                 "every rule in kube-system: {value}"
             );
         }
+    }
+
+    #[test]
+    fn binding_a_role_the_chart_does_not_define_needs_approval() {
+        let escalate = rule(json!({"apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"], "verbs": ["escalate"], "resourceNames": ["app-reader"]}));
+        let own = rule(json!({"apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["app-reader"]}));
+        let admin = rule(json!({"apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"], "verbs": ["bind"],
+            "resourceNames": ["app-reader", "cluster-admin"]}));
+        let role = [escalate, own.clone(), admin.clone()];
+        assert!(!needs_approval(&own, &role, Scope::Cluster));
+        assert!(needs_approval(&admin, &role, Scope::Cluster));
+        assert!(
+            needs_approval(&own, std::slice::from_ref(&own), Scope::Namespace("team")),
+            "a role it binds in a namespace without escalating it"
+        );
     }
 
     #[test]

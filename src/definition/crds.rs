@@ -109,7 +109,7 @@ async fn apply_version(
         .map_err(|e| Error::Kube("read CRD", e))?;
     let mut desired = match &live {
         Some(live) => {
-            check_owner(client, live, &owner, &version.name).await?;
+            check_owner(client, live, &owner).await?;
             let stored = live.status.as_ref().and_then(|s| s.stored_versions.clone());
             let kept = live.spec.versions.iter().filter(|v| {
                 in_use.contains(&v.name) || stored.as_ref().is_none_or(|s| s.contains(&v.name))
@@ -138,14 +138,10 @@ async fn apply_version(
         }
     }
     crd::merge_version(&mut desired, version);
-    // The definition that made the CRD stays its owner while others share it.
-    let crd_owner = live
-        .as_ref()
-        .and_then(|l| l.annotations().get(OWNER_ANNOTATION).cloned())
-        .unwrap_or(owner);
+    // Its owner, or the definition adopting it now that its owner is gone.
     desired
         .annotations_mut()
-        .insert(OWNER_ANNOTATION.to_string(), crd_owner);
+        .insert(OWNER_ANNOTATION.to_string(), owner);
     // Nothing to write when the live CRD already is what we want.
     if let Some(live) =
         live.filter(|live| live.spec == desired.spec && live.annotations() == desired.annotations())
@@ -161,13 +157,14 @@ async fn apply_version(
     .map_err(|e| Error::Kube("apply CRD", e))
 }
 
-/// A CRD made for another definition may be shared only for other versions (multi-version
-/// management); serving the same version twice is refused.
+/// A CRD belongs to the definition that made it: no other definition adds a version to it, or
+/// serves it, while that one exists; once it is gone, the next definition of the same names
+/// adopts the CRD and the compositions stored in it. A CRD compositor did not make is never
+/// touched.
 async fn check_owner(
     client: &Client,
     live: &CustomResourceDefinition,
     owner: &str,
-    version: &str,
 ) -> Result<(), Error> {
     let Some(live_owner) = live.annotations().get(OWNER_ANNOTATION) else {
         return Err(Error::CrdOwnedByAnother {
@@ -175,7 +172,7 @@ async fn check_owner(
             owner: "someone else".to_string(),
         });
     };
-    if live_owner == owner || !live.spec.versions.iter().any(|v| v.name == version) {
+    if live_owner == owner {
         return Ok(());
     }
     let (namespace, name) = live_owner.split_once('/').unwrap_or_default();
@@ -190,6 +187,35 @@ async fn check_owner(
             owner: live_owner.clone(),
         }),
     }
+}
+
+/// The CRDs a chart writes (its `crds/` or its templates) must be its own: never compositor's
+/// (`compositor.dev`) nor one compositor generated for a definition, which its releases could
+/// otherwise update or delete. Checked before anything of the definition is written.
+pub(super) async fn check_chart_crds(
+    client: &Client,
+    footprint: &crate::bundle::Footprint,
+) -> Result<(), Error> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let named = footprint
+        .cluster
+        .objects
+        .iter()
+        .filter(|(kind, _)| {
+            kind.group == "apiextensions.k8s.io" && kind.plural == "customresourcedefinitions"
+        })
+        .flat_map(|(_, names)| names.iter());
+    for name in named {
+        let generated = match api.get_opt(name).await {
+            Ok(live) => live.is_some_and(|crd| crd.annotations().contains_key(OWNER_ANNOTATION)),
+            Err(e) => return Err(Error::Kube("read a CRD the chart names", e)),
+        };
+        let group = name.split_once('.').map(|(_, group)| group);
+        if group == Some(crate::api::GROUP) || generated {
+            return Err(Error::ChartCrdNotAllowed { crd: name.clone() });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the apiserver reports the CRD Established.

@@ -74,6 +74,14 @@ pub enum Error {
         /// The other owner.
         owner: String,
     },
+    /// The chart writes a CRD that is compositor's own or one it generated.
+    #[error(
+        "the chart writes CRD {crd}, which is compositor's own or generated for a definition: a chart may write only CRDs of its own"
+    )]
+    ChartCrdNotAllowed {
+        /// The CRD's name.
+        crd: String,
+    },
     /// A republished chart version changes its schema incompatibly.
     #[error("version {version} cannot be updated: {detail}")]
     SchemaConflict {
@@ -133,6 +141,7 @@ impl Error {
             Error::Chart(error) => ("ChartResolved", error.reason()),
             Error::Crd(error) => ("CRDReady", error.reason()),
             Error::CrdOwnedByAnother { .. } => ("CRDReady", "CRDOwnedByAnotherDefinition"),
+            Error::ChartCrdNotAllowed { .. } => ("CRDReady", "ChartCRDNotAllowed"),
             Error::SchemaConflict { .. } => ("CRDReady", "SchemaConflict"),
             Error::Waiting(_) => ("CRDReady", "Progressing"),
             Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
@@ -149,6 +158,7 @@ impl Error {
             Error::Chart(error) => !error.is_transient(),
             Error::Crd(_)
             | Error::CrdOwnedByAnother { .. }
+            | Error::ChartCrdNotAllowed { .. }
             | Error::SchemaConflict { .. }
             | Error::Bundle(_) => true,
             _ => false,
@@ -447,6 +457,8 @@ async fn converge(
     status: &mut CompositionDefinitionStatus,
 ) -> Result<Action, Error> {
     let fetched = resolve_chart(definition, context, status).await?;
+    let footprint = inputs::chart_footprint(context, &fetched).await;
+    crds::check_chart_crds(&context.client, &footprint.footprint).await?;
     let crd = crds::apply(definition, context, &fetched, status).await?;
     let names = &crd.names;
     let current = &crd.resource.version;
