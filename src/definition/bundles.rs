@@ -110,7 +110,7 @@ pub(super) async fn apply(
         &desired,
     )
     .await
-    .map_err(|e| Error::Kube("delete stale bundles", e))?;
+    .map_err(|e| Error::Bundles("delete stale bundles", e))?;
     Ok(served)
 }
 
@@ -203,7 +203,7 @@ async fn apply_version(
     let needed = bundle.grants_needing_approval(&definition_ref);
     let grants = grants::unapproved(&context.client, needed)
         .await
-        .map_err(|e| Error::Kube("review approvals", e))?;
+        .map_err(|e| Error::Bundles("review approvals", e))?;
     if !grants.is_empty() {
         return Err(Error::ApprovalRequired {
             version: controller.resource.version.clone(),

@@ -299,7 +299,7 @@ pub async fn apply_objects(
                     status.message
                 ));
             }
-            Err(error) => return Err(Error::Kube("apply bundle", error)),
+            Err(error) => return Err(Error::Bundles("apply bundle", error)),
         }
     }
     Ok(warnings)

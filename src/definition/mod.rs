@@ -116,6 +116,10 @@ pub enum Error {
         /// [`crate::api::GROUP`], for the message.
         group: &'static str,
     },
+    /// The Kubernetes API failed while the controller bundles were written: the controllers
+    /// are not what the definition asks for.
+    #[error("Kubernetes API request failed ({0})")]
+    Bundles(&'static str, #[source] kube::Error),
     /// The Kubernetes API failed.
     #[error("Kubernetes API request failed ({0})")]
     Kube(&'static str, #[source] kube::Error),
@@ -148,6 +152,7 @@ impl Error {
             Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
             Error::ApprovalRequired { .. } => ("ControllerReady", "ApprovalRequired"),
             Error::ClusterSecretsNotListed { .. } => ("ControllerReady", "ClusterSecretsNotListed"),
+            Error::Bundles(..) => ("ControllerReady", "KubernetesAPIError"),
             Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
         }
     }
