@@ -128,10 +128,23 @@ impl Kind {
             "metadata": {"name": name, "annotations": annotations}, "spec": spec,
         }))
         .unwrap();
-        self.compositions(client, namespace)
-            .create(&PostParams::default(), &object)
-            .await
-            .expect("the tenant creates a composition");
+        // A new RoleBinding reaches the API server's authorizer a moment after it is stored.
+        for _ in 0..40 {
+            match self
+                .compositions(client, namespace)
+                .create(&PostParams::default(), &object)
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                created => {
+                    created.expect("the tenant creates a composition");
+                    return;
+                }
+            }
+        }
+        panic!("the tenant may not create compositions after 10 s");
     }
 
     /// The composition's status once its Ready condition has `reason` (`Ready` for success).
