@@ -667,3 +667,132 @@ async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
     .await;
     helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
 }
+
+/// A release identity writes a chart's ClusterRoles by name (`escalate`) without holding their
+/// rules; the chart's release policy lets it write only what the chart grants with its defaults
+/// (the bundle's reference role), so a controller's token cannot widen them.
+#[tokio::test]
+async fn a_release_identity_writes_only_what_its_chart_grants() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "policy-identity").await;
+    install(&support::Helm::new(), &namespace, &["tenant.enabled=false"]);
+    let team = support::namespace(&client, "policy-identity-team").await;
+    let identity = format!("compositor.{namespace}.apps-v1");
+    let reader = support::unique("app-reader");
+    let apply = PatchParams::apply("test").force();
+    let reference: ClusterRole = object(json!({
+        "metadata": {"name": format!("compositor:{namespace}:apps-v1:chart"),
+                     "labels": {"compositor.dev/chart-reference": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
+    }));
+    let writer: ClusterRole = object(json!({
+        "metadata": {"name": &identity},
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["create"]},
+                  {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                   "verbs": ["get", "patch", "escalate"], "resourceNames": [&reader]}],
+    }));
+    let binding: ClusterRoleBinding = object(json!({
+        "metadata": {"name": &identity},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": &identity},
+        "subjects": [{"kind": "ServiceAccount", "namespace": &team, "name": &identity}],
+    }));
+    let roles = Api::<ClusterRole>::all(client.clone());
+    for role in [&reference, &writer] {
+        roles
+            .patch(
+                &role.metadata.name.clone().unwrap(),
+                &apply,
+                &Patch::Apply(role),
+            )
+            .await
+            .expect("role");
+    }
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&identity, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("binding");
+
+    let mut config = kube::Config::infer().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{team}:{identity}"));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_string(),
+        "system:authenticated".to_string(),
+    ]);
+    let as_identity = Api::<ClusterRole>::all(Client::try_from(config).expect("client"));
+    // As Helm writes: a server-side apply names the role, which `escalate` by name needs (a
+    // create does not name it to the authorizer).
+    let dry_run_apply = async |role: &ClusterRole| -> Result<(), kube::core::Status> {
+        let params = PatchParams::apply("helm").dry_run().force();
+        match as_identity
+            .patch(&reader, &params, &Patch::Apply(role))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) => Err(*status),
+            Err(error) => panic!("dry-run apply: {error}"),
+        }
+    };
+    let chart_role = |rules: Value, labels: Value| -> ClusterRole {
+        object(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                      "metadata": {"name": &reader, "labels": labels}, "rules": rules}),
+        )
+    };
+    let everything = chart_role(
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+        json!({}),
+    );
+    support::eventually(
+        "the release policy refuses a chart ClusterRole granting everything",
+        std::time::Duration::from_secs(30),
+        || async {
+            dry_run_apply(&everything)
+                .await
+                .is_err_and(|status| status.message.contains("ValidatingAdmissionPolicy"))
+        },
+    )
+    .await;
+    dry_run_apply(&chart_role(
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+        json!({}),
+    ))
+    .await
+    .expect("what the chart grants with its defaults");
+    for (what, role) in [
+        (
+            "one more kind than the chart grants",
+            chart_role(
+                json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+                       {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
+                json!({}),
+            ),
+        ),
+        (
+            "one more verb than the chart grants",
+            chart_role(
+                json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "delete"]}]),
+                json!({}),
+            ),
+        ),
+        (
+            "an aggregate-to-admin label",
+            chart_role(
+                json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+                json!({"rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+            ),
+        ),
+    ] {
+        assert_refused_by_policy(what, dry_run_apply(&role).await);
+    }
+    for name in [
+        format!("compositor:{namespace}:apps-v1:chart"),
+        identity.clone(),
+    ] {
+        roles
+            .delete(&name, &Default::default())
+            .await
+            .expect("delete role");
+    }
+}

@@ -28,6 +28,9 @@ pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
 pub const VERSION_LABEL: &str = "compositor.dev/version";
 /// Label naming the definition (`<namespace>.<name>`) an object was made for.
 pub const DEFINITION_LABEL: &str = "compositor.dev/definition";
+/// Label on the ClusterRole that says what a chart's own ClusterRoles may grant: the operator
+/// chart's admission policy reads every such role to bound what release identities write.
+pub const CHART_REFERENCE_LABEL: &str = "compositor.dev/chart-reference";
 /// Annotation naming the definition (`<namespace>/<name>`) that made an object; unlike
 /// [`DEFINITION_LABEL`] it is never shortened, so it maps an object back to its definition.
 pub const OWNER_ANNOTATION: &str = "compositor.dev/owner";

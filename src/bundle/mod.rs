@@ -29,7 +29,9 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, VERSION_LABEL};
+use crate::api::{
+    CHART_REFERENCE_LABEL, CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, VERSION_LABEL,
+};
 
 /// Port of the controller's metrics and health endpoints.
 pub const METRICS_PORT: i32 = 8080;
@@ -120,7 +122,8 @@ pub fn cluster_name(definition_namespace: &str, resource: &GeneratedResource) ->
 }
 
 /// Name of the ClusterRole that says what the chart's own ClusterRoles may grant; no one is
-/// bound to it.
+/// bound to it. The admission policy derives it from a release identity's name
+/// ([`release_identity`]), so the two must change together.
 pub fn chart_role_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
     format!("{}:chart", cluster_name(definition_namespace, resource))
 }
@@ -243,8 +246,13 @@ impl Controller {
             ),
             ..ClusterRole::default()
         };
+        let mut reference = cluster_meta(chart_role_name);
+        reference
+            .labels
+            .get_or_insert_default()
+            .insert(CHART_REFERENCE_LABEL.to_string(), "true".to_string());
         let chart_cluster_role = ClusterRole {
-            metadata: cluster_meta(chart_role_name),
+            metadata: reference,
             rules: Some(self.permissions.chart_cluster_rules()),
             ..ClusterRole::default()
         };
