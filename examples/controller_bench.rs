@@ -19,7 +19,8 @@
 //!   reconcile once more with nothing to change; the Helm write calls (`upgrade`, `rollback`,
 //!   `uninstall`) and API writes that follow, from the controller's metrics, should be none;
 //! - API requests per composition, by verb and resource, from the controller's
-//!   `compositor_api_requests_total`, for the apply and the idle resync;
+//!   `compositor_api_requests_total`, for the apply and the idle resync, and the operator's
+//!   during the apply (it grants each composition's release namespace);
 //! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end (split into
 //!   mapped files, above all its code, and heap), against goals at 1,000 compositions;
 //! - CPU seconds of the API server and etcd, and of the controller (with its Helm processes) and
@@ -40,7 +41,8 @@ use serde_json::{Value, json};
 
 use bench_support::{
     BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, Memory, PLURAL, Process,
-    Samples, TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum, times_until,
+    RESYNC_SECONDS, Samples, TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum,
+    times_until,
 };
 
 /// Compositions, and baseline releases, unless `BENCH_SCALE` says otherwise.
@@ -154,7 +156,8 @@ impl Figures {
         let (apply, resync, count) = (&self.apply, &self.resync, self.count);
         println!(
             "\nController: {count} compositions of {CHART} {CHART_VERSION}, --workers {WORKERS}, \
-             server-side apply\n"
+             server-side apply, --resync-seconds {RESYNC_SECONDS} (no periodic resync during \
+             the bench; the idle resync is one on demand)\n"
         );
         println!("| measurement | value |");
         println!("|---|---|");
@@ -204,6 +207,10 @@ impl Figures {
         println!(
             "| API requests per composition, apply | {} |",
             per_composition(&apply.requests, count)
+        );
+        println!(
+            "| operator API requests per composition, apply | {} |",
+            per_composition(&apply.operator_requests, count)
         );
         println!(
             "| idle resync: all {count} reconciled in | {} |",
@@ -348,6 +355,8 @@ struct Apply {
     all: Duration,
     calls: Counts,
     requests: Counts,
+    /// The operator's API requests during the apply.
+    operator_requests: Counts,
     rss: f64,
 }
 
@@ -372,6 +381,7 @@ async fn create_all(
         .collect::<Result<Vec<DynamicObject>, _>>()?;
     let params = PostParams::default();
     let before = controller.metrics(&bed.http).await?;
+    let operator_before = operator.metrics(&bed.http).await?;
     let cpu_before = (BedCpu::now()?, controller.cpu()?, operator.cpu()?);
     let start = Instant::now();
     create_in_batches(compositions, &params, &objects).await?;
@@ -381,6 +391,7 @@ async fn create_all(
     })
     .await?;
     let after = controller.metrics(&bed.http).await?;
+    let operator_after = operator.metrics(&bed.http).await?;
     let cpu = ApplyCpu {
         bed: BedCpu::now()?.since(cpu_before.0),
         controller: controller.cpu()? - cpu_before.1,
@@ -394,6 +405,10 @@ async fn create_all(
         all: times[count - 1],
         calls: delta(&helm_calls(&before), &helm_calls(&after)),
         requests: delta(&api_requests(&before), &api_requests(&after)),
+        operator_requests: delta(
+            &api_requests(&operator_before),
+            &api_requests(&operator_after),
+        ),
         rss: controller.memory()?.rss,
     })
 }

@@ -2,6 +2,11 @@
 //! controllers' RBAC must follow them into (or out of) a namespace, and when an old version's
 //! controller may be retired. One watch runs per definition, through a served version of its
 //! CRD ([`Watches`]).
+//!
+//! A controller's claim of a new composition (the version label on one that had none) is no such
+//! change when the label names the version unlabelled compositions are counted under: every
+//! composition is claimed once, and a reconcile for each would list every composition again,
+//! which at a thousand compositions is most of what the API server does during a rollout.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -25,10 +30,12 @@ pub struct Watches {
     running: Mutex<HashMap<ObjectRef<CompositionDefinition>, Running>>,
 }
 
-/// A running composition watch: the CRD and version it reads through, and its task.
+/// A running composition watch: the CRD and version it reads through, the version the
+/// definition's last reconcile counted unlabelled compositions under, and its task.
 struct Running {
     crd: String,
     version: String,
+    current: tokio::sync::watch::Sender<String>,
     task: tokio::task::AbortHandle,
 }
 
@@ -46,27 +53,34 @@ impl Watches {
 
     /// Watches the compositions of `definition` through `version` of its CRD, unless a watch
     /// of that CRD runs already (any served version lists them all, and a version just added
-    /// is not served at once); a watch of another CRD stops.
+    /// is not served at once); a watch of another CRD stops. `version` is the current version,
+    /// which unlabelled compositions are counted under: call this before they are listed, so
+    /// that a claim the list may not have seen yet is still a change.
     pub fn start(&self, definition: &CompositionDefinition, names: &Names, version: &str) {
         let Ok(mut running) = self.running.lock() else {
             return;
         };
         let key = ObjectRef::from_obj(definition);
-        if running.get(&key).is_some_and(|w| w.crd == names.crd_name()) {
+        if let Some(watch) = running.get(&key)
+            && watch.crd == names.crd_name()
+        {
+            watch.current.send_replace(version.to_string());
             return;
         }
+        let (current, counted_as) = tokio::sync::watch::channel(version.to_string());
         let task = spawn(
             self.client.clone(),
             names,
             version,
-            key.clone(),
-            self.triggers.clone(),
+            counted_as,
+            (key.clone(), self.triggers.clone()),
         );
         let replaced = running.insert(
             key,
             Running {
                 crd: names.crd_name(),
                 version: version.to_string(),
+                current,
                 task: task.abort_handle(),
             },
         );
@@ -99,15 +113,19 @@ impl Watches {
     }
 }
 
-/// Watches the compositions of `names` (metadata only) and sends `definition` whenever one is
-/// added or deleted or changes its version label; status updates are ignored. Runs until the
-/// returned task is aborted.
+/// Watches the compositions of `names` (metadata only) and sends `definition` on `triggers`
+/// whenever one is added or deleted or changes its version label, but for a claim under
+/// `counted_as` ([`is_claim`]); status updates are ignored. Runs until the returned task is
+/// aborted.
 fn spawn(
     client: Client,
     names: &Names,
     version: &str,
-    definition: ObjectRef<CompositionDefinition>,
-    triggers: UnboundedSender<ObjectRef<CompositionDefinition>>,
+    counted_as: tokio::sync::watch::Receiver<String>,
+    (definition, triggers): (
+        ObjectRef<CompositionDefinition>,
+        UnboundedSender<ObjectRef<CompositionDefinition>>,
+    ),
 ) -> tokio::task::JoinHandle<()> {
     let gvk = GroupVersionKind::gvk(&names.group, version, &names.kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, &names.plural);
@@ -127,7 +145,13 @@ fn spawn(
                 |meta: &PartialObjectMeta<DynamicObject>| meta.labels().get(VERSION_LABEL).cloned();
             let changed = match event {
                 Ok(watcher::Event::Apply(meta)) => {
-                    known.insert(key(&meta), label(&meta)) != Some(label(&meta))
+                    let now = label(&meta);
+                    match known.insert(key(&meta), now.clone()) {
+                        None => true,
+                        Some(before) => {
+                            before != now && !is_claim(&before, &now, &counted_as.borrow())
+                        }
+                    }
                 }
                 Ok(watcher::Event::Delete(meta)) => known.remove(&key(&meta)).is_some(),
                 Ok(watcher::Event::Init) => {
@@ -150,4 +174,27 @@ fn spawn(
             }
         }
     })
+}
+
+/// Whether a composition's version label going from `before` to `now` is its controller's
+/// claim under the version unlabelled compositions are counted under (`counted_as`): the
+/// definition's last reconcile counted it there already, unlabelled or labelled.
+fn is_claim(before: &Option<String>, now: &Option<String>, counted_as: &str) -> bool {
+    before.is_none() && now.as_deref() == Some(counted_as)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_claim_under_the_counted_version_is_no_change() {
+        let label = |version: &str| Some(version.to_string());
+        assert!(is_claim(&None, &label("v2"), "v2"));
+        // Claimed by a controller that still takes another version for the current one.
+        assert!(!is_claim(&None, &label("v1"), "v2"));
+        // A move, and a label taken away.
+        assert!(!is_claim(&label("v1"), &label("v2"), "v2"));
+        assert!(!is_claim(&label("v2"), &None, "v2"));
+    }
 }
