@@ -777,11 +777,12 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
             ),
         ),
         (
-            "an aggregate-to-admin label",
-            chart_role(
-                json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
-                json!({"rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
-            ),
+            "an aggregation rule, which collects roles the chart never saw",
+            object(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": &reader},
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"any": "true"}}]},
+            })),
         ),
     ] {
         assert_refused_by_policy(what, dry_run_apply(&role).await);
