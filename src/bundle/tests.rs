@@ -471,3 +471,49 @@ fn a_remote_placement_lets_the_controller_read_the_selected_cluster_secrets_by_n
         "{namespaced:?}"
     );
 }
+
+/// A chart whose rules widen needs new grant lines approved; one whose rules shrink lists a
+/// subset of what was approved, so nothing new.
+#[test]
+fn a_widening_footprint_needs_new_grant_lines_and_a_shrinking_one_none() {
+    let definition = definition("demo", "fireworksapp");
+    let lines = |controller: &Controller| {
+        let bundle = controller.bundle(&definition).expect("bundle");
+        bundle.grants_needing_approval("demo/fireworksapp")
+    };
+    assert!(lines(&controller()).is_empty(), "precise rules need none");
+
+    let mut wider = controller();
+    let everything: PolicyRule =
+        serde_json::from_value(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}))
+            .unwrap();
+    wider.permissions.footprint.cluster.rules.push(everything);
+    wider.permissions.footprint.namespaces.insert(
+        "kube-system".into(),
+        NamespaceUse {
+            kinds: [kind("coordination.k8s.io", "leases", true)].into(),
+            ..NamespaceUse::default()
+        },
+    );
+    let widened = lines(&wider);
+    assert!(
+        widened.contains("demo/fireworksapp cluster-wide: verbs=* apiGroups=* resources=*"),
+        "{widened:?}"
+    );
+    assert!(
+        widened.iter().any(
+            |line| line.starts_with("demo/fireworksapp in kube-system: ")
+                && line.contains("resources=leases")
+        ),
+        "{widened:?}"
+    );
+
+    let mut narrower = wider.clone();
+    narrower
+        .permissions
+        .footprint
+        .namespaces
+        .remove("kube-system");
+    let narrowed = lines(&narrower);
+    assert!(narrowed.len() < widened.len() && narrowed.is_subset(&widened));
+}
