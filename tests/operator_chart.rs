@@ -566,7 +566,7 @@ fn cluster_scoped_objects_are_named_after_the_release() {
     };
     let first = names("team-a");
     let second = names("team-b");
-    assert_eq!(first.len(), 6, "{first:?}");
+    assert_eq!(first.len(), 8, "{first:?}");
     assert!(
         first.iter().all(|name| !second.contains(name)),
         "{first:?} {second:?}"
