@@ -555,6 +555,23 @@ async fn two_operator_pods_elect_one_leader_and_the_other_takes_over() {
     helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
 }
 
+/// The release policy's parameters are the bundles' reference roles. Before the first bundle
+/// there are none, and a binding that refuses when it finds no parameters refuses every
+/// ClusterRole write in the cluster, whoever makes it: the operator's first bundle, and Helm's
+/// own upgrade of this chart.
+#[test]
+fn the_release_policy_admits_what_it_cannot_check_before_the_first_bundle() {
+    let documents = render("team", &[]);
+    let binding = of_kind(&documents, "ValidatingAdmissionPolicyBinding")
+        .into_iter()
+        .find(|b| b["spec"]["paramRef"].is_object())
+        .expect("the release policy's binding");
+    assert_eq!(
+        binding["spec"]["paramRef"]["parameterNotFoundAction"],
+        "Allow"
+    );
+}
+
 #[test]
 fn cluster_scoped_objects_are_named_after_the_release() {
     let names = |namespace: &str| -> Vec<String> {
