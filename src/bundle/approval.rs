@@ -13,8 +13,8 @@
 //! an administrator approves it by granting the operator's ServiceAccount the verb
 //! [`APPROVE_VERB`] on [`GRANTS_RESOURCE`] of [`crate::api::GROUP`] with that line as the
 //! resource name. The admission policy builds the same line in CEL and asks the authorizer, so
-//! the two must never disagree: `tests/operator_chart.rs` applies approved and unapproved
-//! bundles through the installed policy.
+//! the two must never disagree: `tests/operator_policy.rs` writes approved and unapproved roles
+//! through the installed policy, and runs the shipped Tenant with and without its approvals.
 
 use std::collections::BTreeSet;
 
