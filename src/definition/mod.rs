@@ -13,6 +13,7 @@ mod bundles;
 mod cleanup;
 mod clusters;
 mod crds;
+mod error;
 mod grants;
 mod inputs;
 mod moves;
@@ -44,11 +45,12 @@ use crate::api::{
     OWNER_ANNOTATION, ResolvedChart, is_paused, set_condition,
 };
 use crate::chart::{self, Cache};
-use crate::crd::{self, Names};
+use crate::crd::Names;
 use crate::helm;
 use crate::runtime::events::{Recorder, Reporter};
 use crate::runtime::{Metrics, ReconcileOutcome};
 
+pub use error::Error;
 pub use objects::FIELD_MANAGER;
 
 /// How often a definition waiting for an administrator's approval looks again.
@@ -56,120 +58,6 @@ const APPROVAL_POLL: Duration = Duration::from_secs(10);
 
 /// Most warnings kept in a definition's status.
 const WARNING_LIMIT: usize = 50;
-
-/// Why a reconcile of a definition stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The chart could not be resolved, fetched or read.
-    #[error(transparent)]
-    Chart(#[from] chart::Error),
-    /// The chart's CRD could not be built.
-    #[error(transparent)]
-    Crd(#[from] crd::Error),
-    /// The CRD exists and serves this version for another definition (or was not made by compositor).
-    #[error("CRD {crd} is managed by {owner}")]
-    CrdOwnedByAnother {
-        /// CRD name.
-        crd: String,
-        /// The other owner.
-        owner: String,
-    },
-    /// The chart writes a CRD that is compositor's own or one it generated.
-    #[error(
-        "the chart writes CRD {crd}, which is compositor's own or generated for a definition: a chart may write only CRDs of its own"
-    )]
-    ChartCrdNotAllowed {
-        /// The CRD's name.
-        crd: String,
-    },
-    /// A republished chart version changes its schema incompatibly.
-    #[error("version {version} cannot be updated: {detail}")]
-    SchemaConflict {
-        /// CRD version name.
-        version: String,
-        /// Why not.
-        detail: String,
-    },
-    /// Something is not there yet; not a failure.
-    #[error("waiting for the {0}")]
-    Waiting(&'static str),
-    /// Compositions are still being uninstalled.
-    #[error("waiting for {0} compositions to be deleted")]
-    CompositionsRemaining(usize),
-    /// A bundle object could not be built (a bug).
-    #[error("cannot build the controller bundle")]
-    Bundle(#[source] serde_json::Error),
-    /// What the bundle would grant needs an administrator's approval first.
-    #[error(
-        "an administrator must approve what the controller of version {version} would be granted \
-         (`approve` on {resource}.{group} named by each line, for the operator's ServiceAccount; \
-         README: Approving a definition), one line each:\n{}",
-        grants.join("\n")
-    )]
-    ApprovalRequired {
-        /// The CRD version whose bundle waits.
-        version: String,
-        /// The grant lines not approved yet.
-        grants: Vec<String>,
-        /// [`crate::bundle::GRANTS_RESOURCE`], for the message.
-        resource: &'static str,
-        /// [`crate::api::GROUP`], for the message.
-        group: &'static str,
-    },
-    /// The Kubernetes API failed while the controller bundles were written: the controllers
-    /// are not what the definition asks for.
-    #[error("Kubernetes API request failed ({0})")]
-    Bundles(&'static str, #[source] kube::Error),
-    /// The Kubernetes API failed.
-    #[error("Kubernetes API request failed ({0})")]
-    Kube(&'static str, #[source] kube::Error),
-    /// The finalizer helper failed.
-    #[error("finalizer failed")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    /// The registration Secrets are not listed yet, so which ones the placement selects is not
-    /// known.
-    #[error(
-        "the cluster Secrets in namespace {namespace} are not listed yet (the operator needs \
-         list and watch on Secrets there)"
-    )]
-    ClusterSecretsNotListed {
-        /// The clusters namespace.
-        namespace: String,
-    },
-}
-
-impl Error {
-    /// The condition reason, and which condition it belongs to.
-    fn reason(&self) -> (&'static str, &'static str) {
-        match self {
-            Error::Chart(error) => ("ChartResolved", error.reason()),
-            Error::Crd(error) => ("CRDReady", error.reason()),
-            Error::CrdOwnedByAnother { .. } => ("CRDReady", "CRDOwnedByAnotherDefinition"),
-            Error::ChartCrdNotAllowed { .. } => ("CRDReady", "ChartCRDNotAllowed"),
-            Error::SchemaConflict { .. } => ("CRDReady", "SchemaConflict"),
-            Error::Waiting(_) => ("CRDReady", "Progressing"),
-            Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
-            Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
-            Error::ApprovalRequired { .. } => ("ControllerReady", "ApprovalRequired"),
-            Error::ClusterSecretsNotListed { .. } => ("ControllerReady", "ClusterSecretsNotListed"),
-            Error::Bundles(..) => ("ControllerReady", "KubernetesAPIError"),
-            Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
-        }
-    }
-
-    /// Errors that a retry cannot fix until the definition (or its chart) changes.
-    fn is_terminal(&self) -> bool {
-        match self {
-            Error::Chart(error) => !error.is_transient(),
-            Error::Crd(_)
-            | Error::CrdOwnedByAnother { .. }
-            | Error::ChartCrdNotAllowed { .. }
-            | Error::SchemaConflict { .. }
-            | Error::Bundle(_) => true,
-            _ => false,
-        }
-    }
-}
 
 /// How the operator runs.
 #[derive(Clone, Debug)]
