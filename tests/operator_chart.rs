@@ -6,12 +6,11 @@ mod support;
 
 use support::installed::{
     RELEASE, assert_refused_by_policy, chart, chart_path, crd, dry_run_create, install,
-    operator_client, wait_for_policy,
+    node_image_values, operator_client, run_operator, wait_for, wait_for_policy,
 };
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
@@ -594,22 +593,6 @@ fn cluster_scoped_objects_are_named_after_the_release() {
     );
 }
 
-/// Polls `check` every 250 ms for up to a minute; panics with `what` and `log` (the output of
-/// the processes involved) if it never holds.
-async fn wait_for<F, Fut>(what: &str, log: impl Fn() -> String, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..240 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("timed out: {what}\n{}", log());
-}
-
 /// The operator, run as the chart's Deployment with the chart's ServiceAccount and RBAC (and
 /// its admission policy), serves a definition whose controller installs a composition, moves it
 /// to a new chart version, and cleans up after both. On the test bed's node the operator and the
@@ -629,30 +612,14 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
     let watch = format!("watchNamespace={namespace}");
     let mut values = vec!["tenant.enabled=false", &crd_groups, &watch];
     // On the node, the operator and its controllers run from the image built for the test bed.
-    if support::node().is_some() {
-        values.extend([
-            "image.repository=localhost/compositor",
-            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
-        ]);
-    }
+    values.extend(node_image_values());
     install(&helm, &namespace, &values);
     support::repo_password(&client, &namespace).await;
     // Every write of the operator below passes the policy.
     wait_for_policy(&namespace).await;
 
     let operator_cache = tempfile::tempdir().unwrap();
-    let operator = support::deployment_runs(
-        &client,
-        &namespace,
-        RELEASE,
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            operator_cache.path().to_str().unwrap(),
-        ],
-    )
-    .await;
+    let operator = run_operator(&client, &namespace, operator_cache.path()).await;
 
     let definition = |version: &str| -> CompositionDefinition {
         serde_json::from_value(json!({

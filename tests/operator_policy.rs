@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use compositor::api::CompositionDefinition;
 use support::installed::{
-    RELEASE, assert_refused_by_policy, dry_run_create, install, operator_client, wait_for_policy,
+    RELEASE, assert_refused_by_policy, dry_run_create, install, node_image_values, operator_client,
+    run_operator, wait_for, wait_for_policy,
 };
 
 /// Labels and annotations of what compositor writes for definition `namespace/name`.
@@ -493,22 +494,6 @@ async fn condition(
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-/// Polls `check` every 250 ms for up to two minutes; panics with `what` and `log()` if it never
-/// holds.
-async fn wait_for<F, Fut>(what: &str, log: impl Fn() -> String, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..480 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
-    panic!("timed out: {what}\n{}", log());
-}
-
 /// The chart's default Tenant (cert-manager, whose leader election Roles live in kube-system)
 /// installs only with an administrator's approval: without the approvals the chart ships, the
 /// definition is ApprovalRequired, lists each rule to approve, and grants nothing; with them it
@@ -541,12 +526,7 @@ async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
         "tenant.chart.credentials.passwordRef.key=password",
         &watch,
     ];
-    if support::node().is_some() {
-        values.extend([
-            "image.repository=localhost/compositor",
-            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
-        ]);
-    }
+    values.extend(node_image_values());
     let helm = support::Helm::new();
     let mut unapproved = values.clone();
     unapproved.push("tenant.approvals=null");
@@ -554,18 +534,7 @@ async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
     support::repo_password(&client, &namespace).await;
     wait_for_policy(&namespace).await;
     let cache = tempfile::tempdir().unwrap();
-    let operator = support::deployment_runs(
-        &client,
-        &namespace,
-        RELEASE,
-        &[
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-        ],
-    )
-    .await;
+    let operator = run_operator(&client, &namespace, cache.path()).await;
 
     // The kube-system Roles are a release's: the first Tenant asks for them.
     let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);

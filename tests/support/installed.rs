@@ -116,3 +116,39 @@ pub fn crd(group: &str, plural: &str, kind: &str) -> CustomResourceDefinition {
     }))
     .unwrap()
 }
+
+/// The chart values that run the operator and its controllers from the image built for the
+/// test bed's node; none without a node.
+pub fn node_image_values() -> Vec<&'static str> {
+    match super::node() {
+        Some(_) => vec![
+            "image.repository=localhost/compositor",
+            concat!("image.tag=", env!("CARGO_PKG_VERSION")),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// The installation's operator Deployment in `namespace`, running (on the node, or as a local
+/// process with its ServiceAccount's token) with its chart cache in `cache`.
+pub async fn run_operator(client: &Client, namespace: &str, cache: &Path) -> super::Running {
+    let cache = cache.to_str().expect("utf-8 path");
+    let args = ["--metrics-address", "127.0.0.1:0", "--cache-dir", cache];
+    super::deployment_runs(client, namespace, RELEASE, &args).await
+}
+
+/// Polls `check` every 250 ms for up to two minutes; panics with `what` and `log` (the output
+/// of the processes involved) if it never holds.
+pub async fn wait_for<F, Fut>(what: &str, log: impl Fn() -> String, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..480 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out: {what}\n{}", log());
+}
