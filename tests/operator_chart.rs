@@ -361,7 +361,8 @@ async fn the_installed_chart_bounds_what_the_operator_may_do() {
     let roles = Api::<ClusterRole>::all(as_operator.clone());
     let reads_secrets: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": own, "labels": {"app.kubernetes.io/managed-by": "compositor"}},
-        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"],
+                   "resourceNames": ["app-tls"]}],
     }))
     .unwrap();
     dry_run_create(&roles, &reads_secrets)

@@ -8,6 +8,7 @@ mod support;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
@@ -214,6 +215,20 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
             "verbs": ["get"]}),
         ),
         (
+            "every Secret of the cluster, a precise but sensitive rule",
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+        ),
+        (
+            "a token of any ServiceAccount",
+            json!({"apiGroups": [""], "resources": ["serviceaccounts/token"],
+            "verbs": ["create"]}),
+        ),
+        (
+            "rewriting admission policies, this one included",
+            json!({"apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies"], "verbs": ["update"]}),
+        ),
+        (
             "bind on cluster-admin, which it may not escalate",
             json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
                    "verbs": ["bind"], "resourceNames": ["cluster-admin"]}),
@@ -227,6 +242,8 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
     let precise: ClusterRole = object(json!({
         "metadata": bundle_metadata(&own, &definition),
         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                   "resourceNames": ["pwn-tls"]},
                   {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
                    "verbs": ["escalate", "bind"], "resourceNames": ["pwn-reader"]}],
     }));
@@ -494,10 +511,49 @@ async fn condition(
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-/// The chart's default Tenant (cert-manager, whose leader election Roles live in kube-system)
-/// installs only with an administrator's approval: without the approvals the chart ships, the
-/// definition is ApprovalRequired, lists each rule to approve, and grants nothing; with them it
-/// is Ready.
+/// Waits until definition `name` is ApprovalRequired (not Ready); its message, which lists the
+/// lines to approve.
+async fn approval_required(
+    definitions: &Api<CompositionDefinition>,
+    name: &str,
+    log: impl Fn() -> String,
+) -> String {
+    wait_for(
+        &format!("definition {name} waits for approval"),
+        log,
+        || async {
+            condition(definitions, name, "ControllerReady")
+                .await
+                .is_some_and(|(_, reason, _)| reason == "ApprovalRequired")
+        },
+    )
+    .await;
+    let (status, _, message) = condition(definitions, name, "Ready").await.unwrap();
+    assert_eq!(status, "False", "{message}");
+    message
+}
+
+/// Deletes definition `name` and waits until the operator has removed what it made for it.
+async fn delete_definition(
+    definitions: &Api<CompositionDefinition>,
+    name: &str,
+    log: impl Fn() -> String,
+) {
+    definitions
+        .delete(name, &Default::default())
+        .await
+        .expect("delete the definition");
+    wait_for(&format!("definition {name} is gone"), log, || async {
+        definitions.get_opt(name).await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// The chart's default Tenant (cert-manager, whose leader election Roles live in kube-system and
+/// whose controllers read every Secret) installs only with an administrator's approval: without
+/// the approvals the chart ships, the definition is ApprovalRequired before its API is served,
+/// lists each rule to approve, and grants nothing; with them it is Ready and its Tenants are
+/// granted what they need.
 #[tokio::test]
 async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
     let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
@@ -536,63 +592,30 @@ async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
     let cache = tempfile::tempdir().unwrap();
     let operator = run_operator(&client, &namespace, cache.path()).await;
 
-    // The kube-system Roles are a release's: the first Tenant asks for them.
+    // Asked before anything is served: what any Tenant's controller and release would hold.
     let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
-    wait_for(
-        "the Tenant API is served",
-        || operator.output(),
-        || async {
-            condition(&definitions, "tenant", "CRDReady")
-                .await
-                .is_some_and(|(status, _, _)| status == "True")
-        },
-    )
-    .await;
-    let tenants = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        &namespace,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("composition.compositor.dev", "v1-19-1", "Tenant"),
-            "tenants",
-        ),
-    );
-    let acme = support::unique("acme");
-    let tenant: DynamicObject = object(json!({
-        "apiVersion": "composition.compositor.dev/v1-19-1", "kind": "Tenant",
-        "metadata": {"name": &acme}, "spec": {"startupapicheck": {"enabled": false}},
-    }));
-    tenants
-        .create(&PostParams::default(), &tenant)
-        .await
-        .expect("tenant");
-    wait_for(
-        "the Tenant definition waits for approval",
-        || operator.output(),
-        || async {
-            condition(&definitions, "tenant", "ControllerReady")
-                .await
-                .is_some_and(|(_, reason, _)| reason == "ApprovalRequired")
-        },
-    )
-    .await;
-    let (status, _, message) = condition(&definitions, "tenant", "ControllerReady")
-        .await
-        .unwrap();
-    assert_eq!(status, "False");
+    let message = approval_required(&definitions, "tenant", || operator.output()).await;
     let lines: Vec<&str> = message.lines().skip(1).collect();
+    let prefix = format!("{namespace}/tenant ");
     assert!(
-        !lines.is_empty()
-            && lines
-                .iter()
-                .all(|line| line.starts_with(&format!("{namespace}/tenant in kube-system: "))),
-        "one line per rule to approve, each naming the definition and kube-system: {message}"
+        lines.iter().all(|line| line.starts_with(&prefix)),
+        "one line per rule to approve, each naming the definition: {message}"
+    );
+    let has = |place: &str| lines.iter().any(|line| line.contains(place));
+    assert!(
+        has(" in kube-system: ") && has(" cluster-wide: ") && has(" resources=secrets"),
+        "cert-manager's kube-system Roles and its reading of every Secret: {message}"
+    );
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    assert!(
+        crds.get_opt("tenants.composition.compositor.dev")
+            .await
+            .unwrap()
+            .is_none(),
+        "no Tenant API before the approval:\n{message}"
     );
     let bundle_role = format!("compositor:{namespace}:tenants-v1-19-1");
     let kube_system = Api::<Role>::namespaced(client.clone(), "kube-system");
-    assert!(
-        kube_system.get_opt(&bundle_role).await.unwrap().is_none(),
-        "nothing granted in kube-system before the approval:\n{message}"
-    );
 
     // With the approvals the chart ships by default.
     let mut args = vec!["upgrade", RELEASE, &support::installed::chart_path()[..]]
@@ -616,25 +639,140 @@ async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
         },
     )
     .await;
-    assert!(
-        kube_system.get_opt(&bundle_role).await.unwrap().is_some(),
-        "granted in kube-system once approved"
+    let tenants = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &namespace,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("composition.compositor.dev", "v1-19-1", "Tenant"),
+            "tenants",
+        ),
     );
+    let acme = support::unique("acme");
+    let tenant: DynamicObject = object(json!({
+        "apiVersion": "composition.compositor.dev/v1-19-1", "kind": "Tenant",
+        "metadata": {"name": &acme}, "spec": {"startupapicheck": {"enabled": false}},
+    }));
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .expect("tenant");
+    wait_for(
+        "granted in kube-system once approved and a Tenant exists",
+        || operator.output(),
+        || async { kube_system.get_opt(&bundle_role).await.unwrap().is_some() },
+    )
+    .await;
     tenants
         .delete(&acme, &Default::default())
         .await
         .expect("delete the Tenant");
-    definitions
-        .delete("tenant", &Default::default())
+    delete_definition(&definitions, "tenant", || operator.output()).await;
+    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
+}
+
+/// A chart of `version` that writes a ConfigMap and, when `reads_secrets`, a ClusterRole that
+/// reads every Secret; its URL.
+fn widening_chart(name: &str, version: &str, reads_secrets: bool) -> String {
+    let config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\n";
+    let reader = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-reader'}\nrules:\n- {apiGroups: [''], resources: [secrets], verbs: [get, list]}\n";
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: {version}\n");
+    let mut files = vec![
+        ("Chart.yaml", chart_yaml.as_str()),
+        ("templates/cm.yaml", config_map),
+    ];
+    if reads_secrets {
+        files.push(("templates/reader.yaml", reader));
+    }
+    support::publish_chart(name, &files)
+}
+
+/// A chart version whose footprint grows is not served until the new rule is approved: the
+/// definition is ApprovalRequired with that line, the CRD keeps only the version it had, and
+/// the new version is served once the line is approved.
+#[tokio::test]
+async fn a_chart_version_that_widens_waits_for_its_new_approval() {
+    let client = support::client().await;
+    let namespace = support::namespace(&client, "policy-widen").await;
+    let watch = format!("watchNamespace={namespace}");
+    install(
+        &support::Helm::new(),
+        &namespace,
+        &["tenant.enabled=false", &watch],
+    );
+    support::repo_password(&client, &namespace).await;
+    wait_for_policy(&namespace).await;
+    let cache = tempfile::tempdir().unwrap();
+    let operator = run_operator(&client, &namespace, cache.path()).await;
+
+    let chart = support::unique("widen");
+    let narrow = widening_chart(&chart, "0.1.0", false);
+    let wide = widening_chart(&chart, "0.2.0", true);
+    let spec = |url: &str| {
+        json!({
+            "chart": {"url": url, "credentials": {
+                "username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                "passwordRef": {"name": "repo-password", "key": "password"}}},
+        })
+    };
+    let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+    support::apply_definition(&client, &namespace, "widen", spec(&narrow)).await;
+    let ready = || async {
+        condition(&definitions, "widen", "Ready")
+            .await
+            .is_some_and(|(status, _, _)| status == "True")
+    };
+    wait_for("the narrow version is Ready", || operator.output(), ready).await;
+
+    support::apply_definition(&client, &namespace, "widen", spec(&wide)).await;
+    let message = approval_required(&definitions, "widen", || operator.output()).await;
+    let line =
+        format!("{namespace}/widen cluster-wide: verbs=get,list apiGroups= resources=secrets");
+    assert_eq!(
+        message.lines().skip(1).collect::<Vec<_>>(),
+        [line.as_str()],
+        "exactly the new rule: {message}"
+    );
+    let crd_name = definitions
+        .get("widen")
         .await
-        .expect("delete the Tenant definition");
-    wait_for(
-        "the Tenant definition is gone",
-        || operator.output(),
-        || async { definitions.get_opt("tenant").await.unwrap().is_none() },
+        .unwrap()
+        .status
+        .unwrap()
+        .crd
+        .unwrap()
+        .name;
+    let served = || async {
+        let crd = Api::<CustomResourceDefinition>::all(client.clone())
+            .get(&crd_name)
+            .await
+            .expect("the narrow version's CRD stays");
+        crd.spec
+            .versions
+            .into_iter()
+            .map(|v| v.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        served().await,
+        ["v0-1-0"],
+        "nothing of the wider version is served"
+    );
+
+    approve(
+        &client,
+        &namespace,
+        &support::unique("approve-widen"),
+        &[line],
     )
     .await;
-    helm.ok(&["uninstall", RELEASE, "--namespace", &namespace], None);
+    wait_for(
+        "the wider version is Ready once approved",
+        || operator.output(),
+        ready,
+    )
+    .await;
+    assert!(served().await.contains(&"v0-2-0".to_string()));
+    delete_definition(&definitions, "widen", || operator.output()).await;
 }
 
 /// A release identity writes a chart's ClusterRoles by name (`escalate`) without holding their

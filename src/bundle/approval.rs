@@ -6,8 +6,9 @@
 //! it is *broad*: `*` among its verbs, API groups or resources, any non-resource URL, or
 //! `escalate`, `bind` or `impersonate` without resource names, or `bind` on a role the same
 //! role may not `escalate` (a role the chart binds but does not define, such as
-//! `cluster-admin`). Every rule of a Role in a `kube-*` namespace needs approval too, broad or
-//! not.
+//! `cluster-admin`). A ClusterRole rule on a [`SENSITIVE_RESOURCES`] resource without names
+//! needs approval too, precise or not (reading every Secret is precise), and so does every rule
+//! of a Role in a `kube-*` namespace.
 //!
 //! Each such rule is described by one [`grant`] line, which names the definition it serves, and
 //! an administrator approves it by granting the operator's ServiceAccount the verb
@@ -27,6 +28,25 @@ pub const GRANTS_RESOURCE: &str = "grants";
 /// The verb of an approval.
 pub const APPROVE_VERB: &str = "approve";
 
+/// Resources that, in every namespace or across the cluster, are a way to more power than the
+/// rule says (Kubernetes' "RBAC good practices"): every Secret, a shell in or a port of any
+/// pod, the kubelet's API, any ServiceAccount's token, approving certificates, and the
+/// admission chain itself. A ClusterRole rule on any of them without resource names needs
+/// approval, whatever its verbs.
+pub const SENSITIVE_RESOURCES: [&str; 11] = [
+    "secrets",
+    "pods/exec",
+    "pods/attach",
+    "pods/portforward",
+    "nodes/proxy",
+    "serviceaccounts/token",
+    "certificatesigningrequests/approval",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+];
+
 /// Where a rule applies, as its grant line says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope<'a> {
@@ -45,7 +65,13 @@ pub fn needs_approval(rule: &PolicyRule, role: &[PolicyRule], scope: Scope<'_>) 
         .verbs
         .iter()
         .any(|verb| matches!(verb.as_str(), "escalate" | "bind" | "impersonate"));
+    let sensitive = rule
+        .resources
+        .iter()
+        .flatten()
+        .any(|resource| SENSITIVE_RESOURCES.contains(&resource.as_str()));
     matches!(scope, Scope::Namespace(namespace) if is_system_namespace(namespace))
+        || (scope == Scope::Cluster && sensitive && unnamed)
         || rule.verbs.iter().any(|verb| verb == "*")
         || star(&rule.api_groups)
         || star(&rule.resources)
@@ -170,7 +196,7 @@ mod tests {
             );
         }
         let precise = [
-            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}),
             json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
                    "verbs": ["escalate", "bind"], "resourceNames": ["chart-reader"]}),
             json!({"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"],
@@ -187,6 +213,50 @@ mod tests {
                 "every rule in kube-system: {value}"
             );
         }
+    }
+
+    #[test]
+    fn sensitive_resources_need_approval_cluster_wide_unless_named() {
+        let sensitive = [
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": [""], "resources": ["configmaps", "pods/exec"],
+                   "verbs": ["create"]}),
+            json!({"apiGroups": ["admissionregistration.k8s.io"],
+                   "resources": ["validatingadmissionpolicies"], "verbs": ["delete"]}),
+        ];
+        for value in sensitive {
+            let cluster_wide = rule(value.clone());
+            assert!(
+                needs_approval(&cluster_wide, &[], Scope::Cluster),
+                "{value}"
+            );
+            assert!(
+                !needs_approval(&cluster_wide, &[], Scope::Namespace("team")),
+                "in one namespace of a release: {value}"
+            );
+            let named = PolicyRule {
+                resource_names: Some(vec!["app-tls".into()]),
+                ..cluster_wide
+            };
+            assert!(
+                !needs_approval(&named, &[], Scope::Cluster),
+                "named: {value}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_admission_policy_knows_the_same_sensitive_resources() {
+        let policy = include_str!("../../charts/compositor/templates/admission-policy.yaml");
+        let quoted: Vec<String> = SENSITIVE_RESOURCES
+            .iter()
+            .map(|resource| format!("'{resource}'"))
+            .collect();
+        let list = format!("expression: \"[{}]\"", quoted.join(", "));
+        assert!(
+            policy.contains(&list),
+            "the policy's sensitiveResources: {list}"
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@ use crate::api::{
     NamespacePlacement, VersionFootprint,
 };
 use crate::bundle::{
-    self, Controller as ControllerBundle, GeneratedResource, Permissions, definition_label,
+    self, Controller as ControllerBundle, Footprint, GeneratedResource, Permissions, ReleasePlace,
+    definition_label,
 };
 use crate::chart::Fetched;
 
@@ -163,8 +164,7 @@ async fn apply_version(
         cluster_secrets,
     }: VersionGrants<'_>,
 ) -> Result<Applied, Error> {
-    let spec = &definition.spec;
-    let placement = spec.placement.namespace;
+    let placement = definition.spec.placement.namespace;
     let footprint = chart_footprint(context, chart).await;
     let mut warnings = footprint.warnings.clone();
     let mut releases = used.releases(placement);
@@ -180,38 +180,25 @@ async fn apply_version(
         asked_namespaces = own.asked;
         warnings.extend(own.warnings);
     }
-    let controller = ControllerBundle {
+    let controller = controller_bundle(
+        definition,
+        context,
         resource,
-        chart_version: chart_version.to_string(),
-        image: context.config.controller_image.clone(),
-        allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
-        permissions: Permissions {
-            clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
-                .then(|| context.config.clusters_namespace.clone()),
-            cluster_secrets: cluster_secrets.cloned().unwrap_or_default(),
-            footprint: footprint.footprint.clone(),
+        chart_version,
+        &footprint.footprint,
+        Granted {
             releases,
-            listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
-            owns_namespaces: placement == NamespacePlacement::CompositionName,
             asked_namespaces,
-            secrets: referenced_secrets(definition, context)?,
-            config_maps: referenced_config_maps(definition),
+            cluster_secrets,
         },
-    };
+    )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-    let definition_ref = format!("{}/{}", namespace_of(definition), definition.name_any());
-    let needed = bundle.grants_needing_approval(&definition_ref);
-    let grants = grants::unapproved(&context.client, needed)
-        .await
-        .map_err(|e| Error::Bundles("review approvals", e))?;
-    if !grants.is_empty() {
-        return Err(Error::ApprovalRequired {
-            version: controller.resource.version.clone(),
-            grants,
-            resource: bundle::GRANTS_RESOURCE,
-            group: crate::api::GROUP,
-        });
-    }
+    require_approval(
+        context,
+        &controller.resource.version,
+        bundle.grants_needing_approval(&definition_ref(definition)),
+    )
+    .await?;
     let objects = bundle.objects().map_err(Error::Bundle)?;
     let keys = objects.iter().map(objects::key).collect();
     warnings
@@ -222,4 +209,101 @@ async fn apply_version(
         keys,
         warnings,
     })
+}
+
+/// Where one version's controller may act: its releases, the release namespaces compositions
+/// asked for, and the registration Secrets it reads.
+struct Granted<'a> {
+    releases: Vec<ReleasePlace>,
+    asked_namespaces: BTreeSet<String>,
+    cluster_secrets: Option<&'a BTreeSet<String>>,
+}
+
+/// The bundle description of `resource`'s version, chart `chart_version` writing `footprint`.
+fn controller_bundle(
+    definition: &CompositionDefinition,
+    context: &Context,
+    resource: GeneratedResource,
+    chart_version: &str,
+    footprint: &Footprint,
+    granted: Granted<'_>,
+) -> Result<ControllerBundle, Error> {
+    let spec = &definition.spec;
+    Ok(ControllerBundle {
+        resource,
+        chart_version: chart_version.to_string(),
+        image: context.config.controller_image.clone(),
+        allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
+        permissions: Permissions {
+            clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
+                .then(|| context.config.clusters_namespace.clone()),
+            cluster_secrets: granted.cluster_secrets.cloned().unwrap_or_default(),
+            footprint: footprint.clone(),
+            releases: granted.releases,
+            listed_namespaces: spec.permissions.namespaces.iter().cloned().collect(),
+            owns_namespaces: spec.placement.namespace == NamespacePlacement::CompositionName,
+            asked_namespaces: granted.asked_namespaces,
+            secrets: referenced_secrets(definition, context)?,
+            config_maps: referenced_config_maps(definition),
+        },
+    })
+}
+
+/// Asks, before the CRD version is applied, for the approval of what its controller would be
+/// granted once compositions exist: the bundle as it would be for one release, whose name and
+/// namespace stay placeholders. Lines that name a release's own objects can be approved only
+/// per release, so they are asked when that release exists ([`apply`]).
+pub(super) async fn approve_ahead(
+    definition: &CompositionDefinition,
+    context: &Context,
+    resource: &GeneratedResource,
+    fetched: &Fetched,
+    footprint: &Footprint,
+    cluster_secrets: Option<&BTreeSet<String>>,
+) -> Result<(), Error> {
+    let any_release = ReleasePlace {
+        release: bundle::RELEASE.to_string(),
+        namespace: bundle::NAMESPACE.to_string(),
+    };
+    let controller = controller_bundle(
+        definition,
+        context,
+        resource.clone(),
+        &fetched.version,
+        footprint,
+        Granted {
+            releases: vec![any_release],
+            asked_namespaces: BTreeSet::new(),
+            cluster_secrets,
+        },
+    )?;
+    let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
+    let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
+    needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
+    require_approval(context, &resource.version, needed).await
+}
+
+/// Fails with [`Error::ApprovalRequired`] unless every line of `needed` is approved.
+async fn require_approval(
+    context: &Context,
+    version: &str,
+    needed: BTreeSet<String>,
+) -> Result<(), Error> {
+    let grants = grants::unapproved(&context.client, needed)
+        .await
+        .map_err(|e| Error::Bundles("review approvals", e))?;
+    if grants.is_empty() {
+        return Ok(());
+    }
+    Err(Error::ApprovalRequired {
+        version: version.to_string(),
+        grants,
+        resource: bundle::GRANTS_RESOURCE,
+        group: crate::api::GROUP,
+    })
+}
+
+/// `namespace/name` of the definition, as grant lines name it.
+fn definition_ref(definition: &CompositionDefinition) -> String {
+    format!("{}/{}", namespace_of(definition), definition.name_any())
 }

@@ -31,14 +31,23 @@ pub(super) struct AppliedCrd {
     pub warnings: Vec<String>,
 }
 
-/// Builds the chart's CRD version and applies it beside the versions compositions still use
-/// (the CRDReady step); waits until the CRD is established.
-pub(super) async fn apply(
+/// The chart's CRD version, built but not applied yet.
+pub(super) struct PlannedCrd {
+    /// Its names.
+    pub names: Names,
+    /// The current version's resource.
+    pub resource: GeneratedResource,
+    /// The version built from the chart's schema.
+    version: CustomResourceDefinitionVersion,
+    /// What the schema conversion lost.
+    warnings: Vec<String>,
+}
+
+/// Builds the chart's CRD version from its schema.
+pub(super) fn plan(
     definition: &CompositionDefinition,
-    context: &Context,
     fetched: &Fetched,
-    status: &mut CompositionDefinitionStatus,
-) -> Result<AppliedCrd, Error> {
+) -> Result<PlannedCrd, Error> {
     let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
     let (version, warnings) = crd::build_version(&fetched.package, &build_options(definition))?;
     let resource = GeneratedResource {
@@ -46,6 +55,27 @@ pub(super) async fn apply(
         version: version.name.clone(),
         plural: names.plural.clone(),
     };
+    Ok(PlannedCrd {
+        names,
+        resource,
+        version,
+        warnings: warnings.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// Applies the planned CRD version beside the versions compositions still use (the CRDReady
+/// step); waits until the CRD is established.
+pub(super) async fn apply(
+    definition: &CompositionDefinition,
+    context: &Context,
+    PlannedCrd {
+        names,
+        resource,
+        version,
+        warnings,
+    }: PlannedCrd,
+    status: &mut CompositionDefinitionStatus,
+) -> Result<AppliedCrd, Error> {
     let in_use: BTreeSet<String> = status
         .versions
         .iter()
@@ -82,7 +112,7 @@ pub(super) async fn apply(
         names,
         resource,
         live,
-        warnings: warnings.iter().map(ToString::to_string).collect(),
+        warnings,
     })
 }
 

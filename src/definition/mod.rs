@@ -2,7 +2,9 @@
 //! a controller bundle per served version, and removes what is no longer used.
 //!
 //! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
-//! into a CRD version and apply the CRD (`crds`) → watch its compositions (`watch`) → derive the
+//! into a CRD version (`crds`) → make sure an administrator approved what its controller would
+//! be granted (`bundles::approve_ahead`), so that nothing unapproved is ever served → apply the
+//! CRD → watch its compositions (`watch`) → derive the
 //! controller's permissions from the chart and from the registration Secrets its placement
 //! selects (`clusters`), and apply one bundle per served version, deleting stale ones
 //! (`bundles`) → move compositions to the current version and retire the others (`moves`) →
@@ -352,15 +354,26 @@ async fn converge(
     let fetched = resolve_chart(definition, context, status).await?;
     let footprint = inputs::chart_footprint(context, &fetched).await;
     crds::check_chart_crds(&context.client, &footprint.footprint).await?;
-    let crd = crds::apply(definition, context, &fetched, status).await?;
+    let planned = crds::plan(definition, &fetched)?;
+    let placement = &definition.spec.placement;
+    let cluster_secrets = context.cluster_secrets.selected(placement).await?;
+    // Nothing is served before what its controller would be granted is approved.
+    bundles::approve_ahead(
+        definition,
+        context,
+        &planned.resource,
+        &fetched,
+        &footprint.footprint,
+        cluster_secrets.as_ref(),
+    )
+    .await?;
+    let crd = crds::apply(definition, context, planned, status).await?;
     let names = &crd.names;
     let current = &crd.resource.version;
     context.compositions.start(definition, names, current);
 
     let compositions = grants::list_compositions(&context.client, names, current).await?;
     let breaks = moves::breaks_to(&crd.live, current);
-    let placement = &definition.spec.placement;
-    let cluster_secrets = context.cluster_secrets.selected(placement).await?;
     let served = bundles::apply(
         definition,
         context,

@@ -813,7 +813,8 @@ impl Drop for Remote {
     }
 }
 
-/// Packages a chart written by the test into the test bed's repository directory; returns its URL.
+/// Packages a chart written by the test into the test bed's repository directory; returns its URL
+/// (of the version its `Chart.yaml` says).
 pub fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
     let source = tempfile::tempdir().unwrap();
     let chart = source.path().join(name);
@@ -832,7 +833,14 @@ pub fn publish_chart(name: &str, files: &[(&str, &str)]) -> String {
         ],
         None,
     );
-    format!("{}/{name}-0.1.0.tgz", env("COMPOSITOR_TEST_REPO_URL"))
+    let version = files
+        .iter()
+        .filter(|(path, _)| *path == "Chart.yaml")
+        .flat_map(|(_, content)| content.lines())
+        .find_map(|line| line.strip_prefix("version:"))
+        .map(str::trim)
+        .expect("Chart.yaml with a version");
+    format!("{}/{name}-{version}.tgz", env("COMPOSITOR_TEST_REPO_URL"))
 }
 
 /// An operator watching a namespace of its own, which holds the test repository's password,
