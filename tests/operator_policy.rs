@@ -694,11 +694,9 @@ async fn a_chart_version_that_widens_waits_for_its_new_approval() {
     let client = support::client().await;
     let namespace = support::namespace(&client, "policy-widen").await;
     let watch = format!("watchNamespace={namespace}");
-    install(
-        &support::Helm::new(),
-        &namespace,
-        &["tenant.enabled=false", &watch],
-    );
+    let mut values = vec!["tenant.enabled=false", &watch];
+    values.extend(node_image_values());
+    install(&support::Helm::new(), &namespace, &values);
     support::repo_password(&client, &namespace).await;
     wait_for_policy(&namespace).await;
     let cache = tempfile::tempdir().unwrap();
