@@ -370,7 +370,7 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
     let cluster_roles = footprint
         .cluster_objects
         .iter()
-        .filter(|o| o.starts_with("clusterroles.rbac.authorization.k8s.io {release}-cert-manager"))
+        .filter(|o| o.starts_with("clusterroles.rbac.authorization.k8s.io {fullname:cert-manager}"))
         .count();
     assert_eq!(cluster_roles, 13, "{footprint:?}");
     assert!(
@@ -658,23 +658,9 @@ async fn a_chart_with_crds_installs_them_and_objects_of_them() {
     let (controller, _cache) = run_controller(&fixture, "withcrdses-v0-1-0-controller").await;
     let team = support::namespace(&fixture.client, "real-crds-team").await;
     let compositions = fixture.compositions("WithCrds", "withcrdses", "v0-1-0", &team);
-    let composition: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/v0-1-0", fixture.group), "kind": "WithCrds",
-        "metadata": {"name": "first"}, "spec": {"size": "large"},
-    }))
-    .unwrap();
-    compositions
-        .create(&PostParams::default(), &composition)
-        .await
-        .unwrap();
-    wait_status(
-        &compositions,
-        "first",
-        "Ready",
-        |s| s["phase"] == "Ready",
-        &controller,
-    )
-    .await;
+    let version = format!("{}/v0-1-0", fixture.group);
+    let first = ("WithCrds", "first", json!({"size": "large"}));
+    create_ready(&compositions, &version, first, &controller).await;
     let gadgets = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("withcrds.compositor.dev", "v1", "Gadget"),
         "gadgets",
@@ -691,6 +677,23 @@ async fn a_chart_with_crds_installs_them_and_objects_of_them() {
         .get("gadgets.withcrds.compositor.dev")
         .await
         .expect("the CRD stays");
+}
+
+/// Creates composition `(kind, name, spec)` of `api_version` and waits until it is Ready.
+async fn create_ready(
+    api: &Api<DynamicObject>,
+    api_version: &str,
+    (kind, name, spec): (&str, &str, Value),
+    controller: &support::Process,
+) {
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &composition)
+        .await
+        .unwrap();
+    wait_status(api, name, "Ready", |s| s["phase"] == "Ready", controller).await;
 }
 
 async fn run_controller(fixture: &Fixture, name: &str) -> (support::Process, tempfile::TempDir) {
@@ -736,4 +739,96 @@ async fn can_named(
         attributes,
     )
     .await
+}
+
+/// The `fullname` helper `helm create` writes into nearly every chart, verbatim.
+const FULLNAME_HELPERS: &str = r#"{{- define "agent.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "agent.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+"#;
+
+/// A chart that names its cluster-wide objects with Helm's `fullname` helper, which drops the
+/// chart's name from a release name that already has it: a composition named `<team>-agent`
+/// gets `<team>-agent-reader`, not `<team>-agent-agent-reader`, and is granted exactly that.
+#[tokio::test]
+async fn names_from_helms_fullname_helper_are_granted_for_every_release_name() {
+    let fixture = Fixture::new("real-fullname").await;
+    let rbac = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: '{{ include "agent.fullname" . }}'}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: '{{ include "agent.fullname" . }}-reader'}
+rules:
+- {apiGroups: [''], resources: [configmaps], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: '{{ include "agent.fullname" . }}-reader'}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '{{ include "agent.fullname" . }}-reader'}
+subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', namespace: '{{ .Release.Namespace }}'}]
+"#;
+    let url = support::publish_chart(
+        "agent",
+        &[
+            (
+                "Chart.yaml",
+                "apiVersion: v2\nname: agent\nversion: 0.1.0\n",
+            ),
+            (
+                "values.yaml",
+                "nameOverride: \"\"\nfullnameOverride: \"\"\n",
+            ),
+            ("templates/_helpers.tpl", FULLNAME_HELPERS),
+            ("templates/rbac.yaml", rbac),
+        ],
+    );
+    let definition = fixture.define("agents", &url, json!({})).await;
+    let footprint = definition.status.unwrap().versions[0]
+        .footprint
+        .clone()
+        .unwrap();
+    assert!(
+        footprint.cluster_objects.contains(
+            &"clusterroles.rbac.authorization.k8s.io {fullname:agent}-reader".to_string()
+        ),
+        "{footprint:?}"
+    );
+    let (controller, _cache) = run_controller(&fixture, "agents-v0-1-0-controller").await;
+    let team = support::namespace(&fixture.client, "real-fullname-team").await;
+    let compositions = fixture.compositions("Agent", "agents", "v0-1-0", &team);
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    for (name, role) in [
+        ("team-agent", "team-agent-reader"),
+        ("other", "other-agent-reader"),
+    ] {
+        let version = format!("{}/v0-1-0", fixture.group);
+        create_ready(
+            &compositions,
+            &version,
+            ("Agent", name, json!({})),
+            &controller,
+        )
+        .await;
+        roles
+            .get(role)
+            .await
+            .expect("the ClusterRole as Helm names it");
+    }
+    for name in ["team-agent", "other"] {
+        wait_gone(&compositions, name).await;
+    }
 }

@@ -7,19 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
+use super::naming::{NAMESPACE, PROBE_NAMESPACE, Probe, ReleasePlace};
 use super::rbac::{HELM_VERBS, kind_rules, rule};
 use super::{ResolvedKind, TypeRef};
 use crate::api::{NamespaceFootprint, VersionFootprint};
 use crate::helm::RenderedDocument;
-
-/// Release name of the render a footprint is learnt from.
-pub const PROBE_RELEASE: &str = "relprobe";
-/// Release namespace of that render.
-pub const PROBE_NAMESPACE: &str = "nsprobe";
-/// Stands for the release name in a pattern.
-pub const RELEASE: &str = "{release}";
-/// Stands for the release namespace in a pattern.
-pub const NAMESPACE: &str = "{namespace}";
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -59,41 +51,19 @@ pub struct ClusterUse {
     pub watched: BTreeSet<ResolvedKind>,
 }
 
-/// Where one composition's release goes.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ReleasePlace {
-    /// Release name.
-    pub release: String,
-    /// Release namespace.
-    pub namespace: String,
-}
-
-impl ReleasePlace {
-    /// `pattern` with this release's name and namespace in place of the placeholders.
-    pub fn fill(&self, pattern: &str) -> String {
-        pattern
-            .replace(RELEASE, &self.release)
-            .replace(NAMESPACE, &self.namespace)
-    }
-}
-
-/// A rendered value as a pattern: the probe's release name and namespace become placeholders.
-fn pattern(rendered: &str) -> String {
-    rendered
-        .replace(PROBE_RELEASE, RELEASE)
-        .replace(PROBE_NAMESPACE, NAMESPACE)
-}
-
 impl Footprint {
-    /// The footprint of a render as release [`PROBE_RELEASE`] in [`PROBE_NAMESPACE`]. `literal`
-    /// kinds (named in templates, rendered only when a value enables them) count as written in
+    /// The footprint of a render as release [`super::PROBE_RELEASE`] in [`PROBE_NAMESPACE`],
+    /// whose names become patterns as `probe` says. `literal` kinds (named in templates, rendered only when a value enables them) count as written in
     /// the release namespace when namespaced; `resolved` says what each kind is. Objects of
     /// kinds not in `resolved` are left out (the caller reports them).
     pub fn derive(
         documents: &[RenderedDocument],
+        probe: &Probe,
         literal: &BTreeSet<TypeRef>,
         resolved: &BTreeMap<TypeRef, ResolvedKind>,
     ) -> Footprint {
+        let pattern = |rendered: &str| probe.pattern(rendered);
+        let namespace_of = |document: &RenderedDocument| namespace_of(document, probe);
         let mut footprint = Footprint::default();
         let defined_roles: BTreeSet<(String, String)> = documents
             .iter()
@@ -118,7 +88,7 @@ impl Footprint {
                 let names = footprint.cluster.objects.entry(kind.clone()).or_default();
                 names.insert(pattern(&document.object.name));
                 if is_rbac(document, "ClusterRole") {
-                    add_rules(&mut footprint.cluster.rules, rules_of(document));
+                    add_rules(&mut footprint.cluster.rules, rules_of(document, probe));
                 } else if is_rbac(document, "ClusterRoleBinding")
                     && !defined_cluster_roles.contains(&role_ref("name"))
                 {
@@ -133,7 +103,7 @@ impl Footprint {
             let entry = footprint.namespaces.entry(namespace.clone()).or_default();
             entry.kinds.insert(kind.clone());
             if is_rbac(document, "Role") {
-                add_rules(&mut entry.rules, rules_of(document));
+                add_rules(&mut entry.rules, rules_of(document, probe));
             } else if is_rbac(document, "RoleBinding") {
                 let name = role_ref("name");
                 match role_ref("kind").as_str() {
@@ -322,8 +292,8 @@ fn is_rbac(document: &RenderedDocument, kind: &str) -> bool {
 }
 
 /// The namespace pattern of a namespaced object (no namespace means the release's).
-fn namespace_of(document: &RenderedDocument) -> String {
-    pattern(
+fn namespace_of(document: &RenderedDocument, probe: &Probe) -> String {
+    probe.pattern(
         document
             .object
             .namespace
@@ -333,7 +303,7 @@ fn namespace_of(document: &RenderedDocument) -> String {
 }
 
 /// The rules of a rendered Role or ClusterRole, with names as patterns.
-fn rules_of(document: &RenderedDocument) -> Vec<PolicyRule> {
+fn rules_of(document: &RenderedDocument, probe: &Probe) -> Vec<PolicyRule> {
     let rules: Vec<PolicyRule> =
         serde_json::from_value(document.body["rules"].clone()).unwrap_or_default();
     rules
@@ -341,7 +311,7 @@ fn rules_of(document: &RenderedDocument) -> Vec<PolicyRule> {
         .map(|mut rule| {
             rule.resource_names = rule
                 .resource_names
-                .map(|names| names.iter().map(|n| pattern(n)).collect());
+                .map(|names| names.iter().map(|n| probe.pattern(n)).collect());
             rule
         })
         .collect()

@@ -138,7 +138,7 @@ fn resolved() -> BTreeMap<TypeRef, ResolvedKind> {
 fn footprint() -> Footprint {
     let documents = parse_documents(MANIFEST).expect("manifest");
     let literal = [type_ref("networking.k8s.io/v1", "NetworkPolicy")].into();
-    Footprint::derive(&documents, &literal, &resolved())
+    Footprint::derive(&documents, &Probe::default(), &literal, &resolved())
 }
 
 fn place(release: &str, namespace: &str) -> ReleasePlace {

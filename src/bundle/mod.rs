@@ -7,14 +7,13 @@
 pub mod approval;
 mod footprint;
 mod kinds;
+mod naming;
 mod rbac;
 
 pub use approval::{APPROVE_VERB, GRANTS_RESOURCE};
-pub use footprint::{
-    ClusterUse, Footprint, NAMESPACE, NamespaceUse, PROBE_NAMESPACE, PROBE_RELEASE, RELEASE,
-    ReleasePlace, describe,
-};
+pub use footprint::{ClusterUse, Footprint, NamespaceUse, describe};
 pub use kinds::{TypeRef, chart_kinds, crd_kinds, literal_kinds};
+pub use naming::{NAMESPACE, PROBE_NAMESPACE, PROBE_RELEASE, Probe, RELEASE, ReleasePlace};
 pub use rbac::{Permissions, ResolvedKind, uncovered};
 
 use std::collections::{BTreeMap, BTreeSet};

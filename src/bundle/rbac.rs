@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::GeneratedResource;
-use super::footprint::{Footprint, ReleasePlace};
+use super::footprint::Footprint;
+use super::naming::ReleasePlace;
 
 /// The verbs Helm needs on every kind it installs.
 pub(super) const HELM_VERBS: [&str; 7] = [
