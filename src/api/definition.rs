@@ -107,7 +107,8 @@ pub struct Names {
     /// Kind (default: the chart name in CamelCase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Plural resource name (default: the lower-case kind, pluralised).
+    /// Plural resource name (default: the one the definition's CRD was made with, else the
+    /// lower-case kind in the plural).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plural: Option<String>,
     /// Short names for kubectl.

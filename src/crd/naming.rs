@@ -97,24 +97,48 @@ pub fn kind_from_chart(chart_name: &str) -> String {
         .collect()
 }
 
-/// English plural of a lower-case kind: `policy` → `policies`, `ingress` → `ingresses`.
+/// English plural of a lower-case kind, as `kubectl` users would type it. Kubernetes' own rules
+/// (`policy` → `policies`, `gateway` → `gateways`, `box` → `boxes`, `mesh` → `meshes`), except
+/// that a kind already ending in `s` is taken as plural, or as a name that is its own plural
+/// (`externalsecrets`, `redis`, `jenkins`), unless it ends in one of English's singular
+/// endings `ss` or `us` (`ingress` → `ingresses`, `prometheus` → `prometheuses`); and a single
+/// `z` after `i` or `e` doubles (`quiz` → `quizzes`).
 pub fn plural_of(singular: &str) -> String {
-    let consonant_y = singular.ends_with('y')
-        && singular
-            .chars()
-            .rev()
-            .nth(1)
-            .is_some_and(|c| !matches!(c, 'a' | 'e' | 'i' | 'o' | 'u'));
-    if consonant_y {
-        format!("{}ies", &singular[..singular.len() - 1])
-    } else if ["s", "x", "z", "ch", "sh"]
-        .iter()
-        .any(|end| singular.ends_with(end))
-    {
+    if reads_as_plural(singular) {
+        singular.to_owned()
+    } else if let Some(stem) = consonant_y_stem(singular) {
+        format!("{stem}ies")
+    } else if doubles_final_z(singular) {
+        format!("{singular}zes")
+    } else if SIBILANT_ENDINGS.iter().any(|end| singular.ends_with(end)) {
         format!("{singular}es")
     } else {
         format!("{singular}s")
     }
+}
+
+/// Endings that take `es` in the plural: `-es` keeps them a syllable of their own.
+const SIBILANT_ENDINGS: [&str; 5] = ["s", "x", "z", "ch", "sh"];
+
+/// Whether a kind ending in `s` needs no plural ending: chart names ending in `s` are mostly
+/// plurals already (`secrets`, `metrics`, `credentials`, `settings`) or product names read as
+/// their own plural (`redis`, `jenkins`, `thanos`, `externaldns`), where `redises` or
+/// `secretses` would surprise. Only `ss` and `us` are singular endings common enough to
+/// pluralise (`ingress`, `class`, `status`, `prometheus`).
+fn reads_as_plural(kind: &str) -> bool {
+    kind.ends_with('s') && !kind.ends_with("ss") && !kind.ends_with("us")
+}
+
+/// `polic` of `policy`: a `y` after a consonant becomes `ies`; after a vowel (`gateway`) it
+/// only takes `s`.
+fn consonant_y_stem(kind: &str) -> Option<&str> {
+    kind.strip_suffix('y')
+        .filter(|stem| stem.ends_with(|c: char| !matches!(c, 'a' | 'e' | 'i' | 'o' | 'u')))
+}
+
+/// `quiz` → `quizzes`, `fez` → `fezzes`: English doubles a single `z` after a short `i` or `e`.
+fn doubles_final_z(kind: &str) -> bool {
+    kind.ends_with("iz") || kind.ends_with("ez")
 }
 
 /// `v` + the chart version, lower-cased, with every run of characters outside `[a-z0-9]` as
@@ -217,15 +241,97 @@ mod tests {
     }
 
     #[test]
-    fn english_plurals() {
+    fn plural_adds_s_by_default() {
         assert_eq!(plural_of("fireworksapp"), "fireworksapps");
+        assert_eq!(plural_of("postgresql"), "postgresqls");
+        assert_eq!(plural_of("cluster"), "clusters");
+    }
+
+    #[test]
+    fn plural_of_consonant_y_is_ies() {
         assert_eq!(plural_of("policy"), "policies");
+        assert_eq!(plural_of("registry"), "registries");
+    }
+
+    #[test]
+    fn plural_of_vowel_y_adds_s() {
         assert_eq!(plural_of("gateway"), "gateways");
+        assert_eq!(plural_of("key"), "keys");
+    }
+
+    #[test]
+    fn plural_of_ss_adds_es() {
         assert_eq!(plural_of("ingress"), "ingresses");
+        assert_eq!(plural_of("class"), "classes");
+    }
+
+    #[test]
+    fn plural_of_us_adds_es() {
+        assert_eq!(plural_of("status"), "statuses");
+        assert_eq!(plural_of("prometheus"), "prometheuses");
+    }
+
+    #[test]
+    fn kind_already_plural_stays() {
+        assert_eq!(plural_of("externalsecrets"), "externalsecrets");
+        assert_eq!(plural_of("metrics"), "metrics");
+        assert_eq!(plural_of("credentials"), "credentials");
+        assert_eq!(plural_of("settings"), "settings");
+        assert_eq!(plural_of("tools"), "tools");
+        assert_eq!(plural_of("policies"), "policies");
+    }
+
+    #[test]
+    fn name_ending_in_s_is_its_own_plural() {
+        assert_eq!(plural_of("redis"), "redis");
+        assert_eq!(plural_of("jenkins"), "jenkins");
+        assert_eq!(plural_of("thanos"), "thanos");
+        assert_eq!(plural_of("externaldns"), "externaldns");
+    }
+
+    #[test]
+    fn plural_of_x_adds_es() {
         assert_eq!(plural_of("box"), "boxes");
+        assert_eq!(plural_of("keycloakx"), "keycloakxes");
+    }
+
+    #[test]
+    fn plural_of_ch_and_sh_adds_es() {
+        assert_eq!(plural_of("match"), "matches");
         assert_eq!(plural_of("batch"), "batches");
         assert_eq!(plural_of("mesh"), "meshes");
-        assert_eq!(plural_of("postgresql"), "postgresqls");
+    }
+
+    #[test]
+    fn plural_of_single_z_after_i_or_e_doubles_it() {
+        assert_eq!(plural_of("quiz"), "quizzes");
+        assert_eq!(plural_of("fez"), "fezzes");
+    }
+
+    #[test]
+    fn plural_of_other_z_adds_es() {
+        assert_eq!(plural_of("buzz"), "buzzes");
+        assert_eq!(plural_of("waltz"), "waltzes");
+    }
+
+    #[test]
+    fn plural_of_f_and_fe_adds_s() {
+        assert_eq!(plural_of("proof"), "proofs");
+        assert_eq!(plural_of("safe"), "safes");
+    }
+
+    #[test]
+    fn plural_of_o_adds_s() {
+        assert_eq!(plural_of("repo"), "repos");
+        assert_eq!(plural_of("argo"), "argos");
+    }
+
+    #[test]
+    fn secrets_chart_keeps_its_plural() {
+        let n = Names::new("external-secrets", &NameOverrides::default()).unwrap();
+        assert_eq!(n.kind, "ExternalSecrets");
+        assert_eq!(n.plural, "externalsecrets");
+        assert_eq!(n.crd_name(), "externalsecrets.composition.compositor.dev");
     }
 
     #[test]

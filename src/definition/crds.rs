@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
-use super::inputs::{build_options, name_overrides};
+use super::inputs::build_options;
 use super::objects::FIELD_MANAGER;
 use super::{Context, Error};
 use crate::api::{
@@ -48,8 +48,9 @@ pub(super) fn plan(
     definition: &CompositionDefinition,
     fetched: &Fetched,
 ) -> Result<PlannedCrd, Error> {
-    let names = Names::new(fetched.package.name(), &name_overrides(definition))?;
-    let (version, warnings) = crd::build_version(&fetched.package, &build_options(definition))?;
+    let options = build_options(definition, fetched.package.name());
+    let names = Names::new(fetched.package.name(), &options.names)?;
+    let (version, warnings) = crd::build_version(&fetched.package, &options)?;
     let resource = GeneratedResource {
         group: names.group.clone(),
         version: version.name.clone(),

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::{Context, Error, permissions};
 use crate::api::{ClusterPlacement, CompositionDefinition};
 use crate::chart::{self, Fetched, credentials::RefPolicy};
-use crate::crd::{BuildOptions, NameOverrides};
+use crate::crd::{self, BuildOptions, NameOverrides};
 
 /// Where the definition may take its credentials and CA bundle from.
 fn ref_policy(definition: &CompositionDefinition, context: &Context) -> RefPolicy {
@@ -87,26 +87,129 @@ pub(super) fn namespace_of(definition: &CompositionDefinition) -> String {
     definition.namespace().unwrap_or_default()
 }
 
-/// The CRD names the definition asks for.
-pub(super) fn name_overrides(definition: &CompositionDefinition) -> NameOverrides {
+/// The CRD names of the definition: those it asks for, and the plural its CRD was made with
+/// while that CRD's kind and group stay the same (see [`recorded_plural`]).
+fn name_overrides(definition: &CompositionDefinition, chart_name: &str) -> NameOverrides {
     let names = definition.spec.names.clone().unwrap_or_default();
+    let plural = names
+        .plural
+        .clone()
+        .or_else(|| recorded_plural(definition, chart_name, &names));
     NameOverrides {
         group: names.group,
         kind: names.kind,
-        plural: names.plural,
+        plural,
         short_names: names.short_names,
     }
 }
 
-/// How the definition's CRD is built from the chart.
-pub(super) fn build_options(definition: &CompositionDefinition) -> BuildOptions {
+/// The plural in `status.crd`, if the kind and group asked for are still those of that CRD.
+/// The plural is part of the CRD's name: derived again by other pluralisation rules, it would
+/// name a new CRD and leave the compositions stored in the served one behind.
+fn recorded_plural(
+    definition: &CompositionDefinition,
+    chart_name: &str,
+    names: &crate::api::Names,
+) -> Option<String> {
+    let crd = definition.status.as_ref()?.crd.as_ref()?;
+    let kind = names
+        .kind
+        .clone()
+        .unwrap_or_else(|| crd::kind_from_chart(chart_name));
+    let group = names.group.as_deref().unwrap_or(crd::DEFAULT_GROUP);
+    (crd.kind == kind && crd.group == group).then(|| crd.plural.clone())
+}
+
+/// How the definition's CRD is built from the chart named `chart_name`.
+pub(super) fn build_options(definition: &CompositionDefinition, chart_name: &str) -> BuildOptions {
     BuildOptions {
-        names: name_overrides(definition),
+        names: name_overrides(definition, chart_name),
         convert: crate::schema::ConvertOptions {
             apply_defaults: definition.spec.schema.apply_defaults,
         },
         // Remote placements let a composition name its cluster.
         cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
         ..BuildOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{CompositionDefinitionSpec, CompositionDefinitionStatus, CrdStatus};
+    use crate::crd::Names;
+
+    /// A definition of the `external-secrets` chart with `names` as its `spec.names`.
+    fn definition(names: serde_json::Value) -> CompositionDefinition {
+        let spec = json!({"chart": {"url": "oci://r/external-secrets"}, "names": names});
+        CompositionDefinition::new(
+            "secrets",
+            serde_json::from_value::<CompositionDefinitionSpec>(spec).expect("spec"),
+        )
+    }
+
+    /// `definition` as served by a CRD made with `plural`.
+    fn served_as(mut definition: CompositionDefinition, plural: &str) -> CompositionDefinition {
+        definition.status = Some(CompositionDefinitionStatus {
+            crd: Some(CrdStatus {
+                name: format!("{plural}.{}", crd::DEFAULT_GROUP),
+                kind: "ExternalSecrets".to_owned(),
+                plural: plural.to_owned(),
+                group: crd::DEFAULT_GROUP.to_owned(),
+                ..CrdStatus::default()
+            }),
+            ..CompositionDefinitionStatus::default()
+        });
+        definition
+    }
+
+    fn crd_name(definition: &CompositionDefinition) -> String {
+        let overrides = name_overrides(definition, "external-secrets");
+        Names::new("external-secrets", &overrides)
+            .expect("names")
+            .crd_name()
+    }
+
+    #[test]
+    fn new_definition_takes_the_derived_plural() {
+        let definition = definition(json!({}));
+        assert_eq!(
+            crd_name(&definition),
+            "externalsecrets.composition.compositor.dev"
+        );
+    }
+
+    #[test]
+    fn served_crd_keeps_its_recorded_plural() {
+        let definition = served_as(definition(json!({})), "externalsecretses");
+        assert_eq!(
+            crd_name(&definition),
+            "externalsecretses.composition.compositor.dev"
+        );
+    }
+
+    #[test]
+    fn plural_asked_for_wins_over_the_recorded_one() {
+        let definition = served_as(
+            definition(json!({"plural": "secretstores"})),
+            "externalsecretses",
+        );
+        assert_eq!(
+            crd_name(&definition),
+            "secretstores.composition.compositor.dev"
+        );
+    }
+
+    #[test]
+    fn recorded_plural_of_another_kind_or_group_is_not_kept() {
+        let renamed = served_as(definition(json!({"kind": "Vault"})), "externalsecretses");
+        assert_eq!(crd_name(&renamed), "vaults.composition.compositor.dev");
+        let regrouped = served_as(
+            definition(json!({"group": "secrets.example.org"})),
+            "externalsecretses",
+        );
+        assert_eq!(crd_name(&regrouped), "externalsecrets.secrets.example.org");
     }
 }
