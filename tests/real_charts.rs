@@ -655,9 +655,9 @@ async fn a_chart_with_crds_installs_them_and_objects_of_them() {
         footprint.cluster_objects,
         ["customresourcedefinitions.apiextensions.k8s.io gadgets.withcrds.compositor.dev"]
     );
-    let (controller, _cache) = run_controller(&fixture, "withcrdses-v0-1-0-controller").await;
+    let (controller, _cache) = run_controller(&fixture, "withcrds-v0-1-0-controller").await;
     let team = support::namespace(&fixture.client, "real-crds-team").await;
-    let compositions = fixture.compositions("WithCrds", "withcrdses", "v0-1-0", &team);
+    let compositions = fixture.compositions("WithCrds", "withcrds", "v0-1-0", &team);
     let version = format!("{}/v0-1-0", fixture.group);
     let first = ("WithCrds", "first", json!({"size": "large"}));
     create_ready(&compositions, &version, first, &controller).await;
