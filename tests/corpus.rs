@@ -218,7 +218,10 @@ async fn corpus_crds_are_established_and_accept_values() {
                 continue;
             }
             established += 1;
-            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", &kind));
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(&group, "v1", &kind),
+                &crd.spec.names.plural,
+            );
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), &namespace, &resource);
             let object: DynamicObject = serde_json::from_value(json!({

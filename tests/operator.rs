@@ -765,6 +765,95 @@ async fn a_chart_may_not_bring_compositors_own_crds() {
     fixture.assert_no_bundle().await;
 }
 
+/// Kinds a chart names that the cluster does not serve are listed apart from the schema's
+/// warnings: one Kubernetes removed is said once and never looked for again; a CRD's kind is
+/// looked for again, and granted once its CRD is installed.
+#[tokio::test]
+async fn kinds_the_cluster_does_not_serve_are_told_apart() {
+    let fixture = Fixture::new("op-unserved").await;
+    let group = format!("{}.example.com", fixture.namespace);
+    let name = support::unique("unserved");
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    let optional = format!(
+        "{{{{- if .Values.legacy }}}}\napiVersion: policy/v1beta1\nkind: PodSecurityPolicy\nmetadata: {{name: x}}\n---\napiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: x}}\n{{{{- end }}}}\n"
+    );
+    let url = support::publish_chart(
+        &name,
+        &[
+            ("Chart.yaml", &chart_yaml),
+            ("values.yaml", "legacy: false\n"),
+            ("templates/optional.yaml", &optional),
+            (
+                "templates/configmap.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n",
+            ),
+        ],
+    );
+    fixture
+        .apply_definition("unserved", json!({"url": url}))
+        .await;
+    let ready = fixture.wait_condition("unserved", "Ready", "True").await;
+    let status = ready.status.unwrap();
+    assert_eq!(
+        status.unserved_kinds.len(),
+        2,
+        "{:?}",
+        status.unserved_kinds
+    );
+    let line = |start: &str| {
+        let found = status
+            .unserved_kinds
+            .iter()
+            .find(|line| line.starts_with(start));
+        found.cloned().unwrap_or_default()
+    };
+    let removed = line("policy/v1beta1/PodSecurityPolicy");
+    let widget = line(&format!("{group}/v1/Widget"));
+    assert!(
+        removed.starts_with("policy/v1beta1/PodSecurityPolicy: Kubernetes does not serve")
+            && removed.contains("never granted"),
+        "{removed}"
+    );
+    assert!(
+        widget.starts_with(&format!("{group}/v1/Widget: not served by the cluster yet"))
+            && widget.contains("looked for again"),
+        "{widget}"
+    );
+    assert!(
+        status.warnings.iter().all(|w| !w.contains("Widget")),
+        "{:?}",
+        status.warnings
+    );
+
+    // Once the kind is served, the next look (after 30 s) finds it; the removed one stays.
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": "Widget", "plural": "widgets"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                     "openAPIV3Schema": {"type": "object",
+                                         "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("widget CRD");
+    support::eventually(
+        "the served Widget is no longer listed",
+        Duration::from_secs(90),
+        || async {
+            let definition = fixture.definitions().get("unserved").await.unwrap();
+            let unserved = definition.status.unwrap().unserved_kinds;
+            unserved.len() == 1 && unserved[0].starts_with("policy/v1beta1/PodSecurityPolicy")
+        },
+    )
+    .await;
+    crds.delete(&format!("widgets.{group}"), &Default::default())
+        .await
+        .expect("delete the widget CRD");
+}
+
 #[tokio::test]
 async fn charts_come_from_the_oci_registry_and_from_archive_urls() {
     let fixture = Fixture::new("op-sources").await;

@@ -194,9 +194,15 @@ pub struct CompositionDefinitionStatus {
     /// Every served version with its controller and how many compositions use it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<DefinitionVersion>,
-    /// Lossy schema conversion steps, capped.
+    /// What could not be done fully: lossy schema conversion steps, a chart that does not
+    /// render with its own defaults, namespaces that cannot be granted yet; capped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Kinds the chart writes that the cluster does not serve, one line each: those Kubernetes
+    /// does not serve here (a removed API version, `List`) are never granted; others (a CRD not
+    /// installed yet) are looked for again, less and less often.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved_kinds: Vec<String>,
     /// The registration Secrets (in the clusters namespace) the placement selects, by name:
     /// the controllers may read exactly these and install on their clusters. Published once
     /// the controllers are granted them; absent when the placement is `Local`.

@@ -11,6 +11,7 @@ use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
 };
 use super::objects::{self, ObjectKey};
+use super::permissions::Unserved;
 use super::{Context, Error, moves};
 use crate::api::{
     ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion,
@@ -27,9 +28,13 @@ use crate::chart::Fetched;
 pub(super) struct Served {
     /// Each served version, current first, for the status.
     pub versions: Vec<DefinitionVersion>,
-    /// What could not be granted yet (kinds discovery does not know, namespaces that do not
+    /// What could not be granted yet (a chart that does not render, namespaces that do not
     /// exist); while there is any, the definition is looked at again soon.
     pub warnings: Vec<String>,
+    /// Kinds the charts write that the cluster does not serve, one line each.
+    pub unserved: BTreeSet<String>,
+    /// When a chart's footprint that missed something is learnt again, the soonest.
+    pub retry_at: Option<std::time::Instant>,
 }
 
 /// What a definition's bundles are granted for: its compositions, by version, how each older
@@ -92,6 +97,10 @@ pub(super) async fn apply(
         .await?;
         desired.extend(applied.keys);
         served.warnings.extend(applied.warnings);
+        served
+            .unserved
+            .extend(applied.unserved.iter().map(ToString::to_string));
+        served.retry_at = served.retry_at.into_iter().chain(applied.retry_at).min();
         let breaks = compositions.breaks.get(&version);
         served.versions.push(DefinitionVersion {
             version,
@@ -141,6 +150,10 @@ struct Applied {
     keys: Vec<ObjectKey>,
     /// What could not be granted yet.
     warnings: Vec<String>,
+    /// Kinds its chart writes that the cluster does not serve.
+    unserved: Vec<Unserved>,
+    /// When its chart's footprint is learnt again, if it missed something.
+    retry_at: Option<std::time::Instant>,
 }
 
 /// What one version's bundle is granted for.
@@ -208,6 +221,8 @@ async fn apply_version(
         footprint: footprint.footprint.summary(),
         keys,
         warnings,
+        unserved: footprint.unserved,
+        retry_at: footprint.retry_at,
     })
 }
 

@@ -2,6 +2,7 @@
 //! footprint of that chart, and the options its CRD is built with.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
@@ -63,23 +64,42 @@ pub(super) fn referenced_config_maps(
         .collect()
 }
 
-/// The chart's footprint, worked out once per archive digest (unless it came out incomplete).
+/// The chart's footprint, worked out once per archive digest; an incomplete one again only
+/// when its back-off has passed.
 pub(super) async fn chart_footprint(
     context: &Context,
     fetched: &Fetched,
 ) -> permissions::ChartFootprint {
-    if let Some(known) = context.footprints.lock().await.get(&fetched.digest) {
-        return known.clone();
+    let attempts = {
+        let known = context.footprints.lock().await;
+        match known.get(&fetched.digest) {
+            Some((footprint, attempts)) if !due(footprint) => return footprint.clone(),
+            Some((_, attempts)) => *attempts,
+            None => 0,
+        }
+    };
+    let mut footprint = permissions::footprint_of(&context.client, &context.helm, fetched).await;
+    if footprint.incomplete() {
+        footprint.retry_at = Some(Instant::now() + retry_delay(attempts));
     }
-    let footprint = permissions::footprint_of(&context.client, &context.helm, fetched).await;
-    if !footprint.incomplete() {
-        context
-            .footprints
-            .lock()
-            .await
-            .insert(fetched.digest.clone(), footprint.clone());
-    }
+    context
+        .footprints
+        .lock()
+        .await
+        .insert(fetched.digest.clone(), (footprint.clone(), attempts + 1));
     footprint
+}
+
+/// Whether a footprint should be learnt again: it is incomplete and its back-off has passed.
+fn due(footprint: &permissions::ChartFootprint) -> bool {
+    footprint.incomplete() && footprint.retry_at.is_none_or(|at| at <= Instant::now())
+}
+
+/// How long after the `attempts`-th incomplete attempt the next one comes: 30 s, doubling up to
+/// 10 minutes.
+fn retry_delay(attempts: u32) -> Duration {
+    let delay = Duration::from_secs(30) * 2u32.pow(attempts.min(5));
+    delay.min(Duration::from_secs(600))
 }
 
 /// The definition's namespace.
@@ -170,6 +190,12 @@ mod tests {
         Names::new("external-secrets", &overrides)
             .expect("names")
             .crd_name()
+    }
+
+    #[test]
+    fn an_incomplete_footprint_is_learnt_again_less_and_less_often() {
+        let delays: Vec<u64> = (0..8).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [30, 60, 120, 240, 480, 600, 600, 600]);
     }
 
     #[test]

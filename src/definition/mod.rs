@@ -87,8 +87,9 @@ pub struct Context {
     cache: Cache,
     recorder: Recorder,
     metrics: Arc<Metrics>,
-    /// Chart footprints by chart digest: a chart's content never changes under its digest.
-    footprints: Mutex<BTreeMap<String, permissions::ChartFootprint>>,
+    /// Chart footprints by chart digest (a chart's content never changes under its digest),
+    /// with how many times each was learnt.
+    footprints: Mutex<BTreeMap<String, (permissions::ChartFootprint, u32)>>,
     /// The composition watch of each definition.
     compositions: watch::Watches,
     /// The registration Secrets of the clusters namespace, and which each placement selects.
@@ -406,6 +407,7 @@ async fn converge(
     warnings.extend(served.warnings);
     warnings.truncate(WARNING_LIMIT);
     status.warnings = warnings;
+    status.unserved_kinds = served.unserved.into_iter().collect();
     set_condition(
         &mut status.conditions,
         "ControllerReady",
@@ -415,14 +417,17 @@ async fn converge(
         definition.metadata.generation,
     );
     status.versions = served.versions;
-    // Kinds that discovery does not know yet, or namespaces that do not exist yet, are retried
-    // soon.
+    // Namespaces that do not exist yet are retried soon; kinds discovery does not know yet when
+    // their chart's back-off has passed.
+    let relearn = served
+        .retry_at
+        .map(|at| at.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
     Ok(if moving {
         Action::requeue(Duration::from_secs(2))
     } else if incomplete {
         Action::requeue(Duration::from_secs(30))
     } else {
-        Action::requeue(context.config.resync)
+        Action::requeue(relearn.map_or(context.config.resync, |at| at.min(context.config.resync)))
     })
 }
 

@@ -20,16 +20,88 @@ use crate::helm::{self, RenderedDocument, parse_documents};
 pub struct ChartFootprint {
     /// What the chart writes.
     pub footprint: Footprint,
-    /// Warnings: kinds discovery does not know (yet), or a chart that does not render with its
-    /// own defaults.
+    /// Warnings: a chart that does not render with its own defaults.
     pub warnings: Vec<String>,
+    /// Kinds the chart writes that the cluster does not serve.
+    pub unserved: Vec<Unserved>,
+    /// When an incomplete footprint is learnt again: each attempt waits twice as long as the
+    /// one before, so a CRD that never comes costs little.
+    pub retry_at: Option<std::time::Instant>,
 }
 
 impl ChartFootprint {
     /// Whether something could not be learnt and a later attempt may do better.
     pub fn incomplete(&self) -> bool {
-        !self.warnings.is_empty()
+        !self.warnings.is_empty() || self.unserved.iter().any(|kind| !kind.never)
     }
+}
+
+/// A kind a chart writes that the cluster does not serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unserved {
+    /// The kind.
+    pub kind: TypeRef,
+    /// Whether it can never be served: a version of Kubernetes' own API groups that this
+    /// cluster does not serve (removed, like `policy/v1beta1`), or `List`, which is no kind.
+    /// Any other (a CRD not installed yet, an aggregated API down) may be served later.
+    pub never: bool,
+    /// What discovery said.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Unserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Unserved {
+            kind,
+            never,
+            detail,
+        } = self;
+        match never {
+            true => write!(
+                f,
+                "{kind}: Kubernetes does not serve this API here ({detail}); objects of it are \
+                 never granted and installing them fails"
+            ),
+            false => write!(
+                f,
+                "{kind}: not served by the cluster yet ({detail}); looked for again"
+            ),
+        }
+    }
+}
+
+/// Kubernetes' own API groups: a version of one of them that the cluster does not serve will not
+/// appear later (CRDs cannot add to them).
+const KUBERNETES_GROUPS: [&str; 24] = [
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "extensions",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// Whether `kind`, which discovery did not find, can never be served by this cluster.
+fn never_served(kind: &TypeRef) -> bool {
+    kind.kind == "List" || KUBERNETES_GROUPS.contains(&kind.group())
 }
 
 /// The footprint of `fetched`: rendered with the chart's defaults (templates, hooks and `crds/`),
@@ -52,6 +124,7 @@ pub async fn footprint_of(
     let rendered: Vec<_> = documents.iter().map(|d| d.object.clone()).collect();
     let own_crds = crd_kinds(&documents);
     let mut resolved = BTreeMap::new();
+    let mut unserved = Vec::new();
     for kind in chart_kinds(&rendered, &templates) {
         let found = match own_crds.get(&kind) {
             Some(found) => Ok(found.clone()),
@@ -61,10 +134,11 @@ pub async fn footprint_of(
             Ok(found) => {
                 resolved.insert(kind, found);
             }
-            Err(error) => warnings.push(format!(
-                "kind {kind} is not served by the cluster ({}); retrying",
-                crate::runtime::error_message(&error)
-            )),
+            Err(error) => unserved.push(Unserved {
+                never: never_served(&kind),
+                detail: crate::runtime::error_message(&error),
+                kind,
+            }),
         }
     }
     let literal: BTreeSet<TypeRef> = templates
@@ -74,6 +148,8 @@ pub async fn footprint_of(
     ChartFootprint {
         footprint: Footprint::derive(&documents, &probe, &literal, &resolved),
         warnings,
+        unserved,
+        retry_at: None,
     }
 }
 
@@ -163,4 +239,26 @@ async fn resolve(client: &Client, kind: &TypeRef) -> Result<ResolvedKind, kube::
         plural: resource.plural,
         namespaced: capabilities.scope == Scope::Namespaced,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(api_version: &str, kind: &str) -> TypeRef {
+        TypeRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn kubernetes_own_apis_and_lists_are_never_served_later_and_crds_may_be() {
+        assert!(never_served(&kind("policy/v1beta1", "PodSecurityPolicy")));
+        assert!(never_served(&kind("extensions/v1beta1", "Ingress")));
+        assert!(never_served(&kind("v1", "List")));
+        assert!(!never_served(&kind("gateway.networking.k8s.io/v1", "Gateway")));
+        assert!(!never_served(&kind("cert-manager.io/v1", "Certificate")));
+        assert!(!never_served(&kind("cluster.x-k8s.io/v1beta1", "Cluster")));
+    }
 }
