@@ -225,6 +225,7 @@ mod tests {
     fn dependency(name: &str, alias: Option<&str>, condition: Option<&str>) -> Dependency {
         Dependency {
             name: name.to_owned(),
+            version: Some("1.0.0".to_owned()),
             alias: alias.map(str::to_owned),
             condition: condition.map(str::to_owned),
             ..Dependency::default()

@@ -16,6 +16,7 @@ mod tests;
 
 use serde_json::{Map, Value};
 
+use super::version::{VersionSpec, parse_version};
 use super::{Dependency, Package};
 use enabled::{TAGS, is_enabled};
 use tables::{Child, Node, Nulls, coalesce_chart, coalesce_tables};
@@ -91,37 +92,48 @@ fn resolve(
     let mut coalesced = values.clone();
     coalesce_chart(&with_keys(package), &mut coalesced, Nulls::Delete);
     let tags = tags_in_effect(tags, &package.values);
-    let mut children = Vec::new();
-    let mut imports_from = Vec::new();
-    for instance in instances(package) {
-        let takes_part = enabling == Enabling::Every
-            || instance
-                .dependency
-                .is_none_or(|dependency| is_enabled(dependency, &coalesced, &tags));
-        if !takes_part {
-            continue;
-        }
-        let below = coalesced.get(instance.key).and_then(Value::as_object);
-        let node = resolve(
-            &package.subcharts[instance.index],
-            &below.cloned().unwrap_or_default(),
-            (!tags.is_null()).then_some(&tags),
-            enabling,
-        );
-        children.push(Child {
-            key: instance.key.to_owned(),
-            index: instance.index,
-            node,
-        });
-        imports_from.extend(instance.dependency);
-    }
+    // Helm leaves out every subchart under the key of a dependency it disables.
+    let left_out: Vec<&str> = match enabling {
+        Enabling::Every => Vec::new(),
+        Enabling::ByValues => package
+            .metadata
+            .dependencies
+            .iter()
+            .filter(|dependency| !is_enabled(dependency, &coalesced, &tags))
+            .map(Dependency::values_key)
+            .collect(),
+    };
+    let children = instances(package)
+        .into_iter()
+        .filter(|instance| !left_out.contains(&instance.key))
+        .map(|instance| {
+            let below = coalesced.get(instance.key).and_then(Value::as_object);
+            let node = resolve(
+                &package.subcharts[instance.index],
+                &below.cloned().unwrap_or_default(),
+                (!tags.is_null()).then_some(&tags),
+                enabling,
+            );
+            Child {
+                key: instance.key.to_owned(),
+                index: instance.index,
+                node,
+            }
+        })
+        .collect();
     let mut chart = Node {
         values: package.values.as_object().cloned().unwrap_or_default(),
         children,
     };
-    // Helm rewrites a chart's defaults only when one of its dependencies takes part.
-    if !imports_from.is_empty() {
-        chart.values = with_imports(&chart, imports_from);
+    let importing: Vec<&Dependency> = package
+        .metadata
+        .dependencies
+        .iter()
+        .filter(|dependency| !left_out.contains(&dependency.values_key()))
+        .collect();
+    // Helm rewrites a chart's defaults only while one of its dependencies is enabled.
+    if !importing.is_empty() {
+        chart.values = with_imports(&chart, importing);
     }
     chart
 }
@@ -154,35 +166,51 @@ fn tags_in_effect(above: Option<&Value>, values: &Value) -> Value {
 struct Instance<'a> {
     key: &'a str,
     index: usize,
-    dependency: Option<&'a Dependency>,
 }
 
 /// Every place a subchart takes in its parent: first those no dependency names, under their
-/// names, then one per dependency, under its alias or name (a chart can be aliased twice).
+/// names, then one per dependency that names one, under its alias or name (a chart can be
+/// aliased twice).
 fn instances(package: &Package) -> Vec<Instance<'_>> {
     let dependencies = &package.metadata.dependencies;
     let undeclared = package
         .subcharts
         .iter()
         .enumerate()
-        .filter(|(_, sub)| !dependencies.iter().any(|d| d.name == sub.metadata.name))
+        .filter(|(_, sub)| !dependencies.iter().any(|d| names(d, sub)))
         .map(|(index, sub)| Instance {
             key: &sub.metadata.name,
             index,
-            dependency: None,
         });
     let declared = dependencies.iter().filter_map(|dependency| {
         let index = package
             .subcharts
             .iter()
-            .position(|sub| sub.metadata.name == dependency.name)?;
+            .position(|sub| names(dependency, sub))?;
         Some(Instance {
             key: dependency.values_key(),
             index,
-            dependency: Some(dependency),
         })
     });
     undeclared.chain(declared).collect()
+}
+
+/// Whether `dependency` names `sub`: the same name, and a version its range accepts. As in
+/// Helm, a dependency without a version names no packaged chart (its alias is not applied).
+fn names(dependency: &Dependency, sub: &Package) -> bool {
+    let range = dependency
+        .version
+        .as_deref()
+        .map(str::trim)
+        .unwrap_or_default();
+    let accepts = match (
+        VersionSpec::parse(range),
+        parse_version(&sub.metadata.version),
+    ) {
+        (Ok(spec), Some(version)) => !range.is_empty() && spec.matches(&version),
+        _ => false,
+    };
+    dependency.name == sub.metadata.name && accepts
 }
 
 /// The chart with every subchart in place under its key, each below as it is packaged: what

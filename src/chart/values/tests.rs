@@ -4,14 +4,19 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::chart::Dependency;
 
 /// A chart named `name` with `values`, the dependencies of Chart.yaml (as YAML) and subcharts.
 fn chart(name: &str, values: Value, dependencies: &str, subcharts: Vec<Package>) -> Package {
-    let dependencies = if dependencies.is_empty() {
+    let mut dependencies: Vec<Dependency> = if dependencies.is_empty() {
         Vec::new()
     } else {
         serde_saphyr::from_str(dependencies).expect("dependencies")
     };
+    // Every test chart is version 1.0.0; a dependency names a chart only with a version.
+    for dependency in &mut dependencies {
+        dependency.version.get_or_insert_with(|| "1.0.0".to_owned());
+    }
     let mut package = Package::bare(name, values);
     package.metadata.dependencies = dependencies;
     package.subcharts = subcharts;
@@ -24,6 +29,15 @@ fn leaf(name: &str, values: Value) -> Package {
 
 fn seen(package: &Package, given: Value) -> Value {
     coalesced(package, &given, Enabling::ByValues).values
+}
+
+/// The keys of the subcharts that take part, in Helm's order.
+fn keys_taking_part(package: &Package, given: Value) -> Vec<String> {
+    coalesced(package, &given, Enabling::ByValues)
+        .subcharts
+        .into_iter()
+        .map(|s| s.key)
+        .collect()
 }
 
 #[test]
@@ -79,6 +93,36 @@ fn a_chart_aliased_twice_takes_two_places() {
         .map(|s| (s.key.as_str(), s.index))
         .collect();
     assert_eq!(keys, [("a", 0), ("b", 0)]);
+}
+
+#[test]
+fn a_dependency_names_a_chart_only_with_a_version_it_accepts() {
+    let mut parent = chart(
+        "parent",
+        json!({}),
+        "[{name: db, alias: a}, {name: db, alias: b, version: '^2'}, {name: db, alias: c, version: '~1.0'}]",
+        vec![leaf("db", json!({"port": 1}))],
+    );
+    parent.metadata.dependencies[0].version = None;
+    let keys = keys_taking_part(&parent, json!({}));
+    assert_eq!(keys, ["c"]);
+    // With no dependency naming it, the chart takes part under its own name.
+    parent.metadata.dependencies.truncate(2);
+    let keys = keys_taking_part(&parent, json!({}));
+    assert_eq!(keys, ["db"]);
+}
+
+#[test]
+fn a_disabled_dependency_leaves_out_every_subchart_under_its_key() {
+    let mut parent = chart(
+        "parent",
+        json!({}),
+        "[{name: db, condition: db.enabled}]",
+        vec![leaf("db", json!({"enabled": false}))],
+    );
+    parent.metadata.dependencies[0].version = None;
+    let coalesced = coalesced(&parent, &json!({}), Enabling::ByValues);
+    assert!(coalesced.subcharts.is_empty());
 }
 
 #[test]
@@ -199,13 +243,7 @@ fn tags_enable_and_disable_and_conditions_override_them() {
             leaf("c", json!({})),
         ],
     );
-    let keys = |given: Value| -> Vec<String> {
-        coalesced(&parent, &given, Enabling::ByValues)
-            .subcharts
-            .into_iter()
-            .map(|s| s.key)
-            .collect()
-    };
+    let keys = |given: Value| keys_taking_part(&parent, given);
     assert_eq!(keys(json!({})), Vec::<String>::new());
     assert_eq!(keys(json!({"tags": {"front": true}})), ["b"]);
     assert_eq!(keys(json!({"c": {"on": true}})), ["c"]);
