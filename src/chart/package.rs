@@ -191,15 +191,6 @@ impl Package {
                 || self.subcharts.iter().any(Package::renders_objects))
     }
 
-    /// The key of `sub`'s values among this chart's: the alias of its dependency, else its name.
-    pub fn values_key_of<'a>(&'a self, sub: &'a Package) -> &'a str {
-        self.metadata
-            .dependencies
-            .iter()
-            .find(|d| d.name == sub.metadata.name)
-            .map_or(sub.metadata.name.as_str(), |d| d.values_key())
-    }
-
     /// This chart's templates and those of every subchart, recursively, with paths relative to
     /// this chart's root (e.g. `charts/redis/templates/service.yaml`).
     pub fn all_templates(&self) -> Vec<TemplateFile> {
