@@ -5,7 +5,14 @@
 //! into the parent's defaults, then coalesces every taking-part subchart's own values.yaml
 //! under its key (its alias when it has one), with the parent's `global` table copied into
 //! it. A `null` deletes the default it lands on. [`coalesced`] does all of that, so that what
-//! compositor validates and what it derives an API from are what Helm will see.
+//! compositor validates and what it derives an API from are what Helm will see
+//! (`tests/helm_values.rs` compares the two with the real `helm`).
+//!
+//! Two corners of Helm are not reproduced: Helm shares the tables inside a parent's `global`
+//! with its subcharts, so what a subchart's values.yaml sets under `global.<a>.<b>` leaks into
+//! the parent's `global`; and the conditions of a subchart's own dependencies are read here from values
+//! where those dependencies sit under their aliases, where Helm's first pass has them under
+//! their names.
 
 mod enabled;
 mod imports;

@@ -347,3 +347,34 @@ fn values_for_a_subchart_that_are_not_an_object_are_left_to_validation() {
     );
     assert_eq!(seen(&parent, json!({"db": 5}))["db"], 5);
 }
+
+#[test]
+fn merging_keeps_nulls_and_coalescing_acts_on_them() {
+    use super::tables::{Nulls, coalesce_tables};
+    let over = json!({"a": null, "b": {"c": null}, "n": null});
+    let under = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": 4});
+    let laid = |nulls| {
+        let mut dst = over.as_object().cloned().unwrap();
+        coalesce_tables(&mut dst, under.as_object().cloned().unwrap(), nulls);
+        Value::Object(dst)
+    };
+    assert_eq!(
+        laid(Nulls::Keep),
+        json!({"a": null, "b": {"c": null, "d": 3}, "n": null, "e": 4})
+    );
+    assert_eq!(
+        laid(Nulls::Delete),
+        json!({"b": {"d": 3}, "n": null, "e": 4})
+    );
+}
+
+#[test]
+fn a_global_that_is_not_a_table_is_not_copied_down() {
+    let parent = chart(
+        "parent",
+        json!({"global": "flat"}),
+        "[{name: web}]",
+        vec![leaf("web", json!({"global": {"own": 1}}))],
+    );
+    assert_eq!(seen(&parent, json!({}))["web"]["global"], json!({"own": 1}));
+}
