@@ -72,6 +72,7 @@ pub fn defaults(package: &Package) -> Value {
     laid_over(package, &nothing, Enabling::Every, Nulls::Keep).values
 }
 
+/// `values` laid over `package`'s defaults, with `nulls` acting as Helm's coalesce or merge.
 fn laid_over(package: &Package, values: &Value, enabling: Enabling, nulls: Nulls) -> Coalesced {
     let given = values.as_object().cloned().unwrap_or_default();
     let chart = resolve(package, &given, given.get(TAGS), enabling);
