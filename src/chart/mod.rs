@@ -3,7 +3,8 @@
 //!
 //! [`fetch`] turns a [`ChartRef`] into a verified, cached [`Package`]; [`credentials::resolve`]
 //! builds the reference's credentials and CA bundle from Secrets and ConfigMaps;
-//! [`Package::load`] reads a local directory or `.tgz`.
+//! [`Package::load`] reads a local directory or `.tgz`; [`values::coalesced`] gives a chart's
+//! values as Helm sees them.
 
 mod archive;
 mod cache;
@@ -15,6 +16,7 @@ mod oci;
 mod package;
 mod reference;
 mod repo;
+pub mod values;
 pub mod version;
 
 pub use archive::Limits;
@@ -22,5 +24,5 @@ pub use cache::{Cache, DEFAULT_MAX_BYTES, DEFAULT_POLL_INTERVAL, sha256_digest};
 pub use error::Error;
 pub use fetch::{Fetched, fetch, fetch_with_limits, load_or_fetch};
 pub use oci::CHART_LAYER_MEDIA_TYPE;
-pub use package::{ChartMetadata, ChartType, Dependency, Package, TemplateFile};
+pub use package::{ChartMetadata, ChartType, Dependency, ImportValues, Package, TemplateFile};
 pub use reference::{ChartRef, Credentials, DockerAuth, DockerConfig, redact_url};

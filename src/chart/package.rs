@@ -59,7 +59,7 @@ pub enum ChartType {
 }
 
 /// A subchart dependency.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct Dependency {
     /// The subchart's name.
     pub name: String,
@@ -72,9 +72,33 @@ pub struct Dependency {
     /// The key under which the subchart's values live, when not `name`.
     #[serde(default)]
     pub alias: Option<String>,
-    /// Values path that enables the subchart.
+    /// Values paths (comma-separated) whose first boolean enables or disables the subchart.
     #[serde(default)]
     pub condition: Option<String>,
+    /// Names under the values' `tags` that enable or disable the subchart.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Values of the subchart copied into the parent's defaults.
+    #[serde(default, rename = "import-values")]
+    pub import_values: Vec<ImportValues>,
+}
+
+/// One entry of a dependency's `import-values`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ImportValues {
+    /// `name`: the subchart's `exports.name` table, into the parent's values root.
+    Exports(String),
+    /// `{child, parent}`: the subchart's `child` table, at `parent` in the parent's values
+    /// (`.` for the root).
+    Path {
+        /// Dotted path of a table in the subchart's values.
+        child: String,
+        /// Dotted path in the parent's values.
+        parent: String,
+    },
+    /// Anything else, which Helm ignores as well.
+    Other(serde::de::IgnoredAny),
 }
 
 impl Dependency {
@@ -167,15 +191,6 @@ impl Package {
                 || self.subcharts.iter().any(Package::renders_objects))
     }
 
-    /// The key of `sub`'s values among this chart's: the alias of its dependency, else its name.
-    pub fn values_key_of<'a>(&'a self, sub: &'a Package) -> &'a str {
-        self.metadata
-            .dependencies
-            .iter()
-            .find(|d| d.name == sub.metadata.name)
-            .map_or(sub.metadata.name.as_str(), |d| d.values_key())
-    }
-
     /// This chart's templates and those of every subchart, recursively, with paths relative to
     /// this chart's root (e.g. `charts/redis/templates/service.yaml`).
     pub fn all_templates(&self) -> Vec<TemplateFile> {
@@ -189,6 +204,27 @@ impl Package {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+impl Package {
+    /// An application chart named `name`, version 1.0.0, with `values` and nothing else.
+    pub(crate) fn bare(name: &str, values: Value) -> Package {
+        Package {
+            metadata: ChartMetadata {
+                api_version: "v2".to_owned(),
+                name: name.to_owned(),
+                version: "1.0.0".to_owned(),
+                chart_type: ChartType::Application,
+                description: None,
+                dependencies: Vec::new(),
+            },
+            values,
+            schema: None,
+            templates: Vec::new(),
+            subcharts: Vec::new(),
+        }
     }
 }
 

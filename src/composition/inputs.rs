@@ -13,9 +13,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use super::values::{merged_over, values_of};
+use super::values::values_of;
 use super::{Context, Error};
 use crate::api::CompositionDefinition;
+use crate::chart::values::Enabling;
 use crate::chart::{self, Fetched};
 use crate::schema;
 
@@ -140,10 +141,11 @@ impl Chart {
         })
     }
 
-    /// Every way `values`, over the chart's defaults, break the chart's schemas.
+    /// Every way `values`, as Helm will see them (over the chart's defaults and those of the
+    /// subcharts they enable), break the schemas Helm checks.
     pub(super) fn violations(&self, values: &Value) -> Vec<schema::Violation> {
-        let merged = merged_over(&self.fetched.package.values, values);
-        self.validator.validate(&merged)
+        let coalesced = chart::values::coalesced(&self.fetched.package, values, Enabling::ByValues);
+        self.validator.validate(&coalesced)
     }
 }
 

@@ -1,6 +1,6 @@
 //! What a composition asks for: its values, its release name, and the fingerprint of an install.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::crd::CLUSTER_REF;
@@ -25,32 +25,6 @@ pub fn holds_templates(values: &Value) -> bool {
             .iter()
             .any(|(key, value)| key.contains("{{") || holds_templates(value)),
         _ => false,
-    }
-}
-
-/// `values` merged over the chart's defaults the way Helm merges them: objects deeply, anything
-/// else replaced, and a `null` removes the default.
-pub fn merged_over(defaults: &Value, values: &Value) -> Value {
-    match (defaults, values) {
-        (Value::Object(defaults), Value::Object(values)) => {
-            let mut merged: Map<String, Value> = defaults.clone();
-            for (key, value) in values {
-                match (merged.get(key), value) {
-                    (_, Value::Null) => {
-                        merged.remove(key);
-                    }
-                    (Some(default), value) => {
-                        let value = merged_over(default, value);
-                        merged.insert(key.clone(), value);
-                    }
-                    (None, value) => {
-                        merged.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-            Value::Object(merged)
-        }
-        (_, values) => values.clone(),
     }
 }
 
@@ -123,17 +97,6 @@ mod tests {
         ));
         assert!(holds_templates(&json!({"a": ["x", {"b": "{{ lookup }}"}]})));
         assert!(holds_templates(&json!({"{{ .Release.Name }}": 1})));
-    }
-
-    #[test]
-    fn values_merge_like_helm() {
-        let defaults =
-            json!({"image": {"repository": "r", "tag": "1"}, "replicas": 1, "extra": {"a": 1}});
-        let values = json!({"image": {"tag": "2"}, "extra": null, "new": [1]});
-        assert_eq!(
-            merged_over(&defaults, &values),
-            json!({"image": {"repository": "r", "tag": "2"}, "replicas": 1, "new": [1]})
-        );
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub fn convert(
         apply_defaults: options.apply_defaults,
         depth: 0,
     };
-    let values = effective_values(package);
+    let values = crate::chart::values::defaults(package);
     let mut spec = converter.convert(&root, ROOT, Some(&values));
     if spec.type_.as_deref() != Some("object") {
         if spec.type_.is_some() || spec.x_kubernetes_int_or_string.is_some() {
@@ -96,38 +96,6 @@ pub fn convert(
     let mut seen = std::collections::HashSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
     (spec, warnings)
-}
-
-/// The values Helm starts from: the chart's values.yaml with each subchart's own values.yaml
-/// under its key, overridden by what the parent sets there.
-fn effective_values(package: &Package) -> Value {
-    let mut values = package.values.clone();
-    for sub in &package.subcharts {
-        let key = package.values_key_of(sub);
-        if let Some(map) = values.as_object_mut() {
-            let parent = map.remove(key).unwrap_or(Value::Null);
-            map.insert(key.to_owned(), coalesce(&effective_values(sub), parent));
-        }
-    }
-    values
-}
-
-/// `over` on top of `base`, merging objects key by key as Helm does.
-fn coalesce(base: &Value, over: Value) -> Value {
-    match (base, over) {
-        (Value::Object(b), Value::Object(mut o)) => {
-            for (k, bv) in b {
-                let merged = match o.remove(k) {
-                    Some(ov) => coalesce(bv, ov),
-                    None => bv.clone(),
-                };
-                o.insert(k.clone(), merged);
-            }
-            Value::Object(o)
-        }
-        (b, Value::Null) => b.clone(),
-        (_, o) => o,
-    }
 }
 
 /// Puts each subchart's values key into the root schema, with the subchart's own schema when

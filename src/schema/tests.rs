@@ -3,23 +3,10 @@
 use serde_json::{Value, json};
 
 use super::{ConvertOptions, Warning, convert, structural_problems};
-use crate::chart::{ChartMetadata, ChartType, Dependency, Package};
+use crate::chart::{ChartType, Dependency, Package};
 
 fn package(values: Value) -> Package {
-    Package {
-        metadata: ChartMetadata {
-            api_version: "v2".to_owned(),
-            name: "demo".to_owned(),
-            version: "1.0.0".to_owned(),
-            chart_type: ChartType::Application,
-            description: None,
-            dependencies: Vec::new(),
-        },
-        values,
-        schema: None,
-        templates: Vec::new(),
-        subcharts: Vec::new(),
-    }
+    Package::bare("demo", values)
 }
 
 fn run_with(schema: Value, p: &Package, apply_defaults: bool) -> (Value, Vec<Warning>) {
@@ -543,7 +530,7 @@ fn dependency(name: &str, alias: Option<&str>) -> Dependency {
         version: None,
         repository: None,
         alias: alias.map(str::to_owned),
-        condition: None,
+        ..Dependency::default()
     }
 }
 

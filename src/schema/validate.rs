@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Error;
 use crate::chart::Package;
+use crate::chart::values::{self, Coalesced, Enabling, Subchart};
 
 /// One way the values break the schema.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,19 +34,21 @@ pub fn validate(values: &Value, schema: &Value) -> Result<Vec<Violation>, Error>
     validate_with(values, schema, SubchartSchemas(Vec::new()))
 }
 
-/// Validates `values` as Helm does: against the chart's schema, then each subchart's values
+/// Validates `values` as Helm does: coalesced with the chart's defaults and those of the
+/// subcharts that take part, against the chart's schema, then each such subchart's values
 /// (under its alias or name) against that subchart's schema, recursively. References to
 /// `charts/<name>/values.schema.json` resolve to the subcharts in the package.
 pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violation>, Error> {
-    Ok(PackageValidator::new(package)?.validate(values))
+    let coalesced = values::coalesced(package, values, Enabling::ByValues);
+    Ok(PackageValidator::new(package)?.validate(&coalesced))
 }
 
 /// A chart's schemas compiled once, for every composition's values: compiling (its regular
 /// expressions above all) costs far more than validating.
 pub struct PackageValidator {
     own: Option<jsonschema::Validator>,
-    /// Each subchart's, with the key of its values.
-    subcharts: Vec<(String, PackageValidator)>,
+    /// Each subchart's, in the order of the package's `subcharts`.
+    subcharts: Vec<PackageValidator>,
 }
 
 impl PackageValidator {
@@ -58,37 +61,50 @@ impl PackageValidator {
         let subcharts = package
             .subcharts
             .iter()
-            .map(|sub| {
-                Ok((
-                    package.values_key_of(sub).to_owned(),
-                    PackageValidator::new(sub)?,
-                ))
-            })
+            .map(PackageValidator::new)
             .collect::<Result<_, Error>>()?;
         Ok(PackageValidator { own, subcharts })
     }
 
-    /// Every way `values` break the schemas, as [`validate_package`] says.
-    pub fn validate(&self, values: &Value) -> Vec<Violation> {
+    /// Every way values, coalesced as Helm does (see [`values::coalesced`]), break the schemas
+    /// of the chart and of the subcharts that take part.
+    pub fn validate(&self, coalesced: &Coalesced) -> Vec<Violation> {
+        self.validate_tree(&coalesced.values, &coalesced.subcharts)
+    }
+
+    fn validate_tree(&self, values: &Value, subcharts: &[Subchart]) -> Vec<Violation> {
         let mut out = match &self.own {
             Some(validator) => violations(validator, values),
             None => Vec::new(),
         };
-        for (key, sub) in &self.subcharts {
-            let Some(sub_values) = values.get(key) else {
+        for subchart in subcharts {
+            let Some(validator) = self.subcharts.get(subchart.index) else {
                 continue;
             };
-            for v in sub.validate(sub_values) {
-                let path = if v.path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{key}.{}", v.path)
-                };
-                out.push(Violation { path, ..v });
-            }
+            let found = match values.get(&subchart.key) {
+                None | Some(Value::Null) => continue,
+                Some(Value::Object(_)) => {
+                    validator.validate_tree(&values[&subchart.key], &subchart.subcharts)
+                }
+                Some(_) => vec![Violation {
+                    path: String::new(),
+                    message: "the values of a subchart must be an object".to_owned(),
+                }],
+            };
+            out.extend(found.into_iter().map(|v| under(&subchart.key, v)));
         }
         out
     }
+}
+
+/// `violation` of a subchart's values, with its path from the parent's values.
+fn under(key: &str, violation: Violation) -> Violation {
+    let path = match violation.path.as_str() {
+        "" => key.to_owned(),
+        quoted if quoted.starts_with('[') => format!("{key}{quoted}"),
+        dotted => format!("{key}.{dotted}"),
+    };
+    Violation { path, ..violation }
 }
 
 fn validate_with(
@@ -168,6 +184,7 @@ fn dotted(pointer: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chart::Dependency;
     use serde_json::json;
 
     #[test]
@@ -197,47 +214,81 @@ mod tests {
         assert_eq!(dotted(""), "");
     }
 
+    /// A chart named `name` with `values`, `schema` and `subcharts`.
+    fn chart(name: &str, values: Value, schema: Option<Value>, subcharts: Vec<Package>) -> Package {
+        let mut package = Package::bare(name, values);
+        package.schema = schema;
+        package.subcharts = subcharts;
+        package
+    }
+
+    fn dependency(name: &str, alias: Option<&str>, condition: Option<&str>) -> Dependency {
+        Dependency {
+            name: name.to_owned(),
+            version: Some("1.0.0".to_owned()),
+            alias: alias.map(str::to_owned),
+            condition: condition.map(str::to_owned),
+            ..Dependency::default()
+        }
+    }
+
+    fn paths(violations: &[Violation]) -> Vec<&str> {
+        violations.iter().map(|v| v.path.as_str()).collect()
+    }
+
     #[test]
     fn subchart_refs_resolve_and_subchart_values_are_checked() {
-        use crate::chart::{ChartMetadata, ChartType, Dependency};
-        let metadata = |name: &str| ChartMetadata {
-            api_version: "v2".to_owned(),
-            name: name.to_owned(),
-            version: "1.0.0".to_owned(),
-            chart_type: ChartType::Application,
-            description: None,
-            dependencies: Vec::new(),
-        };
-        let sub = Package {
-            metadata: metadata("db"),
-            values: json!({}),
-            schema: Some(json!({"type": "object", "properties": {"port": {"type": "integer"}}})),
-            templates: Vec::new(),
-            subcharts: Vec::new(),
-        };
-        let mut parent = Package {
-            metadata: metadata("app"),
-            values: json!({}),
-            schema: Some(
-                json!({"type": "object", "properties": {"copy": {"$ref": "charts/db/values.schema.json"}}}),
-            ),
-            templates: Vec::new(),
-            subcharts: vec![sub],
-        };
-        parent.metadata.dependencies = vec![Dependency {
-            name: "db".to_owned(),
-            version: None,
-            repository: None,
-            alias: Some("database".to_owned()),
-            condition: None,
-        }];
+        let db_schema = json!({"type": "object", "properties": {"port": {"type": "integer"}}});
+        let sub = chart("db", json!({}), Some(db_schema), Vec::new());
+        let copy = json!({"type": "object", "properties": {"copy": {"$ref": "charts/db/values.schema.json"}}});
+        let mut parent = chart("app", json!({}), Some(copy), vec![sub]);
+        parent.metadata.dependencies = vec![dependency("db", Some("database"), None)];
         let v = validate_package(
             &json!({"copy": {"port": "x"}, "database": {"port": "y"}}),
             &parent,
         )
         .unwrap();
-        let paths: Vec<&str> = v.iter().map(|v| v.path.as_str()).collect();
-        assert_eq!(paths, ["copy.port", "database.port"]);
+        assert_eq!(paths(&v), ["copy.port", "database.port"]);
+    }
+
+    #[test]
+    fn what_a_subchart_requires_may_come_from_its_own_defaults_and_globals() {
+        let web_schema = json!({
+            "type": "object",
+            "required": ["replicaCount", "image", "global"],
+            "properties": {"global": {"required": ["region"]}}
+        });
+        let web = chart(
+            "web",
+            json!({"replicaCount": 1, "image": {"repository": "web"}}),
+            Some(web_schema),
+            Vec::new(),
+        );
+        let mut parent = chart("app", json!({"global": {"region": "eu"}}), None, vec![web]);
+        parent.metadata.dependencies = vec![dependency("web", None, None)];
+        assert_eq!(validate_package(&json!({}), &parent).unwrap(), []);
+        let v = validate_package(&json!({"web": {"image": null}}), &parent).unwrap();
+        assert_eq!(paths(&v), ["web"]);
+        assert!(v[0].message.contains("image"), "{v:?}");
+    }
+
+    #[test]
+    fn a_subchart_left_out_is_not_checked() {
+        let db_schema = json!({"type": "object", "required": ["password"]});
+        let db = chart("db", json!({}), Some(db_schema), Vec::new());
+        let mut parent = chart("app", json!({"db": {"enabled": false}}), None, vec![db]);
+        parent.metadata.dependencies = vec![dependency("db", None, Some("db.enabled"))];
+        assert_eq!(validate_package(&json!({}), &parent).unwrap(), []);
+        let on = validate_package(&json!({"db": {"enabled": true}}), &parent).unwrap();
+        assert_eq!(paths(&on), ["db"]);
+    }
+
+    #[test]
+    fn a_subcharts_values_must_be_an_object() {
+        let db = chart("db", json!({}), None, Vec::new());
+        let parent = chart("app", json!({}), None, vec![db]);
+        let v = validate_package(&json!({"db": [1]}), &parent).unwrap();
+        assert_eq!(paths(&v), ["db"]);
     }
 
     #[test]

@@ -90,15 +90,22 @@ impl Helm {
         }
     }
 
-    /// A `helm` command with this state.
+    /// A `helm` command with this state and the test bed's kubeconfig.
     pub fn command(&self) -> Command {
+        let mut command = self.offline_command();
+        command.env("KUBECONFIG", env("KUBECONFIG"));
+        command
+    }
+
+    /// A `helm` command with this state and no cluster, for what helm does offline
+    /// (`template`, `package`).
+    pub fn offline_command(&self) -> Command {
         let home = self.home.path();
         let mut command = Command::new(env("HELM_BIN"));
         command
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env("KUBECONFIG", env("KUBECONFIG"));
+            .env("HELM_DATA_HOME", home.join("data"));
         command
     }
 
