@@ -257,7 +257,10 @@ mod tests {
         assert!(never_served(&kind("policy/v1beta1", "PodSecurityPolicy")));
         assert!(never_served(&kind("extensions/v1beta1", "Ingress")));
         assert!(never_served(&kind("v1", "List")));
-        assert!(!never_served(&kind("gateway.networking.k8s.io/v1", "Gateway")));
+        assert!(!never_served(&kind(
+            "gateway.networking.k8s.io/v1",
+            "Gateway"
+        )));
         assert!(!never_served(&kind("cert-manager.io/v1", "Certificate")));
         assert!(!never_served(&kind("cluster.x-k8s.io/v1beta1", "Cluster")));
     }
