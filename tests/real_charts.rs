@@ -832,3 +832,163 @@ subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', name
         wait_gone(&compositions, name).await;
     }
 }
+
+/// A chart whose install an admission policy refuses: the failure is final for those inputs
+/// (`InstallRejected`, Stalled), what the install had created is removed, Helm is not run again
+/// until the retry annotation changes, and the message says "install".
+#[tokio::test]
+async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
+    let fixture = Fixture::new("real-refused").await;
+    let team = support::namespace(&fixture.client, "real-refused-team").await;
+    let policy = support::unique("deny-marked");
+    let objects = |kind: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": policy}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    let resource = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    let policies = Api::<DynamicObject>::all_with(
+        fixture.client.clone(),
+        &resource("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+    );
+    let bindings = Api::<DynamicObject>::all_with(
+        fixture.client.clone(),
+        &resource(
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        ),
+    );
+    let deny = objects(
+        "ValidatingAdmissionPolicy",
+        json!({"failurePolicy": "Fail",
+               "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                   "operations": ["CREATE"], "resources": ["configmaps"]}]},
+               "validations": [{"expression": "!has(object.metadata.labels) || !('refuse-me' in object.metadata.labels)",
+                                "message": "marked to be refused"}]}),
+    );
+    let bind = objects(
+        "ValidatingAdmissionPolicyBinding",
+        json!({"policyName": policy, "validationActions": ["Deny"],
+               "matchResources": {"namespaceSelector": {"matchLabels": {
+                   "kubernetes.io/metadata.name": team}}}}),
+    );
+    policies
+        .create(&PostParams::default(), &deny)
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &bind)
+        .await
+        .unwrap();
+    let url = support::publish_chart(
+        "refused",
+        &[
+            (
+                "Chart.yaml",
+                "apiVersion: v2\nname: refused\nversion: 0.1.0\n",
+            ),
+            (
+                "templates/configmaps.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-a'}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-z', labels: {refuse-me: 'yes'}}\n",
+            ),
+        ],
+    );
+    fixture.define("refused", &url, json!({})).await;
+    let (controller, _cache) = run_controller(&fixture, "refuseds-v0-1-0-controller").await;
+    let compositions = fixture.compositions("Refused", "refuseds", "v0-1-0", &team);
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v0-1-0", fixture.group), "kind": "Refused",
+        "metadata": {"name": "first"}, "spec": {},
+    }))
+    .unwrap();
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .unwrap();
+    // Policies take a moment to be enforced; until then the install may succeed: the test
+    // bed's policy is created first, and a refused install is what is looked for.
+    let status = wait_status(
+        &compositions,
+        "first",
+        "refused",
+        |s| reason_of(s, "Ready").starts_with("InstallRejected"),
+        &controller,
+    )
+    .await;
+    let message = reason_of(&status, "Ready");
+    assert!(
+        message.contains("installing the release was refused by the cluster")
+            && message.contains("marked to be refused")
+            && message.contains("what the install had created is removed"),
+        "{message}"
+    );
+    assert!(
+        reason_of(&status, "Stalled").starts_with("InstallRejected"),
+        "{status}"
+    );
+    assert!(!helm_has("first", &team), "no release left half-installed");
+    let config_maps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
+    assert!(config_maps.get_opt("first-a").await.unwrap().is_none());
+
+    // Not tried again with the same inputs: the reconcile a touch brings (not the retry
+    // annotation) keeps the reason, says so, and runs no Helm.
+    let failures = "compositor_helm_calls_total{verb=\"upgrade\",outcome=\"Failure\"}";
+    let tried = controller.metric(failures).await;
+    assert!(tried >= 1.0, "the refused install is counted");
+    let annotate = |key: &str| json!({"metadata": {"annotations": {key: "1"}}});
+    compositions
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(annotate("touch")),
+        )
+        .await
+        .unwrap();
+    wait_status(
+        &compositions,
+        "first",
+        "refused before",
+        |s| {
+            let ready = reason_of(s, "Ready");
+            ready.starts_with("InstallRejected") && ready.contains("not tried again")
+        },
+        &controller,
+    )
+    .await;
+    assert_eq!(controller.metric(failures).await, tried, "no Helm run");
+
+    // Once the policy is gone, a new retry annotation installs.
+    policies
+        .delete(&policy, &DeleteParams::default())
+        .await
+        .unwrap();
+    bindings
+        .delete(&policy, &DeleteParams::default())
+        .await
+        .unwrap();
+    compositions
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(annotate("compositor.dev/retry")),
+        )
+        .await
+        .unwrap();
+    wait_status(
+        &compositions,
+        "first",
+        "Ready",
+        |s| s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    wait_gone(&compositions, "first").await;
+}

@@ -94,12 +94,27 @@ pub struct ClusterStatus {
     /// `sha256:` over chart digest, values, target and engine version; unchanged means no Helm work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// Set when the install or upgrade failed for good: the cluster refused what these inputs
+    /// render, or they do not render. They are not tried again; new inputs or a new
+    /// `compositor.dev/retry` annotation are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_failure: Option<FinalFailure>,
     /// What went wrong, if anything.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// When `phase` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+}
+
+/// Inputs whose install or upgrade failed for good, and why.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalFailure {
+    /// The inputs' fingerprint, with the retry annotation's value when there is one.
+    pub inputs: String,
+    /// The condition reason of the failure.
+    pub reason: String,
 }
 
 /// An object managed by a release.

@@ -5,7 +5,9 @@ mod composition;
 mod conditions;
 mod definition;
 
-pub use composition::{ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef};
+pub use composition::{
+    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, Phase, ResourceRef,
+};
 pub use conditions::{find_condition, remove_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
@@ -24,6 +26,9 @@ pub const GROUP: &str = "compositor.dev";
 pub const PAUSED_ANNOTATION: &str = "compositor.dev/paused";
 /// Annotation naming the Helm release of a composition (default: the object's name).
 pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
+/// A new value on a composition tries again what the cluster refused with the same inputs
+/// (after the webhook or policy that refused it changed).
+pub const RETRY_ANNOTATION: &str = "compositor.dev/retry";
 /// Label naming the CRD version (and so the controller) a composition belongs to.
 pub const VERSION_LABEL: &str = "compositor.dev/version";
 /// Label naming the definition (`<namespace>.<name>`) an object was made for.

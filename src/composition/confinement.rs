@@ -374,6 +374,7 @@ subjects:
             revision: Some(3),
             phase: crate::api::Phase::Ready,
             fingerprint: None,
+            final_failure: None,
             message: String::new(),
             last_transition_time: None,
         }

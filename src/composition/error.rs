@@ -71,6 +71,21 @@ pub enum Error {
         "{0} belongs to another composition or was not made by compositor; it is left as it is: choose another release name (annotation compositor.dev/release-name)"
     )]
     ReleaseOwnedByAnother(String),
+    /// The API server refused what Helm wrote (an admission webhook or policy, or an invalid
+    /// object): the same inputs are refused again.
+    #[error("{0} was refused by the cluster: {1}")]
+    Rejected(HelmStep, String),
+    /// These inputs failed for good before (see [`Error::is_final`]): not tried again. The
+    /// condition keeps the reason they failed with.
+    #[error(
+        "{message} (not tried again with these values: change them, or annotate the composition compositor.dev/retry with a new value)"
+    )]
+    FailedBefore {
+        /// The reason of the failure recorded.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
     /// A Helm operation on the release failed.
     #[error("{0} failed")]
     Helm(HelmStep, #[source] helm::Error),
@@ -102,6 +117,7 @@ impl Error {
     /// `withhold`, Helm's own words are left out ([`helm::Error::withheld`]).
     pub(super) fn from_helm(step: HelmStep, error: helm::Error, withhold: bool) -> Error {
         let render_failure = error.is_render_failure();
+        let rejected = error.is_rejected();
         let forbidden = error.is_forbidden();
         let error = match withhold {
             true => error.withheld(),
@@ -111,6 +127,8 @@ impl Error {
             Error::TooLarge(error.to_string())
         } else if render_failure {
             Error::Render(error)
+        } else if rejected {
+            Error::Rejected(step, crate::runtime::error_message(&error))
         } else if forbidden {
             Error::PermissionsMissing(format!(
                 "{step} was refused: {}",
@@ -138,6 +156,8 @@ impl Error {
             Error::RoleNotAllowed(_) => "RoleNotAllowed",
             Error::NamespaceNotOwned(_) => "NamespaceNotOwned",
             Error::AccessPending(_) => "AccessPending",
+            Error::Rejected(step, _) => step.rejected_reason(),
+            Error::FailedBefore { reason, .. } => final_reason(reason),
             Error::Helm(step, _) => step.reason(),
             Error::Kubeconfig(_) => "CredentialsUnusable",
             Error::Schema(_) => "InvalidSchema",
@@ -164,6 +184,18 @@ impl Error {
                 | Error::BindingNotAllowed(_)
                 | Error::RoleNotAllowed(_)
                 | Error::ClusterNotPlaced(..)
+                | Error::Rejected(..)
+                | Error::FailedBefore { .. }
+        )
+    }
+
+    /// Failures the same inputs meet again, whatever is granted: the chart does not render
+    /// them, or the cluster refuses what they render. A release that failed so is not tried
+    /// again with those inputs.
+    pub(super) fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Error::Render(_) | Error::Manifest(_) | Error::TooLarge(_) | Error::Rejected(..)
         )
     }
 
@@ -181,6 +213,23 @@ impl Error {
             _ => Duration::from_secs(10),
         }
     }
+}
+
+/// The reasons of failures that are final ([`Error::is_final`]), as recorded.
+const FINAL_REASONS: [&str; 4] = [
+    "InstallRejected",
+    "UpgradeRejected",
+    "RenderFailed",
+    "RenderTooLarge",
+];
+
+/// The reason `recorded` as it was; an unknown one (a status written by hand) is
+/// `FailedBefore`.
+fn final_reason(recorded: &str) -> &'static str {
+    FINAL_REASONS
+        .into_iter()
+        .find(|reason| *reason == recorded)
+        .unwrap_or("FailedBefore")
 }
 
 /// The longest wait between two attempts of a composition that keeps failing.
@@ -249,6 +298,14 @@ impl HelmStep {
             HelmStep::Uninstall => "UninstallFailed",
         }
     }
+
+    /// The reason when the cluster refused what this step wrote.
+    fn rejected_reason(self) -> &'static str {
+        match self {
+            HelmStep::Install => "InstallRejected",
+            _ => "UpgradeRejected",
+        }
+    }
 }
 
 impl std::fmt::Display for HelmStep {
@@ -278,6 +335,21 @@ mod tests {
         let pending = Error::AccessPending("team-a".into());
         let waits: Vec<u128> = (1..=8).map(|n| pending.backoff(n).as_millis()).collect();
         assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+    }
+
+    #[test]
+    fn refusals_by_the_cluster_are_final_and_missing_permissions_are_not() {
+        let refused = Error::Rejected(HelmStep::Install, "denied request: no".into());
+        assert!(refused.is_final() && refused.is_terminal());
+        assert_eq!(refused.reason(), "InstallRejected");
+        let again = |reason: &str| Error::FailedBefore {
+            reason: reason.into(),
+            message: "refused".into(),
+        };
+        assert_eq!(again("InstallRejected").reason(), "InstallRejected");
+        assert_eq!(again("Nonsense").reason(), "FailedBefore");
+        assert!(!Error::PermissionsMissing("batch/v1/Job".into()).is_final());
+        assert!(!Error::AccessPending("team".into()).is_final());
     }
 
     #[test]

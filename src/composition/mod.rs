@@ -417,7 +417,7 @@ async fn install(
                 let entry = placement::recovered_entry(recorded);
                 writer.record_target(Phase::Ready, entry);
             }
-            Ok(Outcome::Released(entry)) => writer.record_target(Phase::Ready, Some(entry)),
+            Ok(Outcome::Released(entry)) => writer.record_target(Phase::Ready, Some(*entry)),
             Err(Failure { error, entry }) => {
                 let entry =
                     entry.unwrap_or_else(|| placement::failed_entry(target, &error, recorded));

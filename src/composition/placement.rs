@@ -102,6 +102,7 @@ pub fn failed_entry(
         revision: recorded.and_then(|c| c.revision),
         phase: Phase::Failed,
         fingerprint: recorded.and_then(|c| c.fingerprint.clone()),
+        final_failure: None,
         message: crate::runtime::error_message(error),
         last_transition_time: None,
     }
@@ -113,6 +114,7 @@ pub fn recovered_entry(recorded: Option<&ClusterStatus>) -> Option<ClusterStatus
         .filter(|c| c.phase != Phase::Ready)
         .map(|c| ClusterStatus {
             phase: Phase::Ready,
+            final_failure: None,
             message: String::new(),
             ..c.clone()
         })

@@ -31,8 +31,8 @@ use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint};
 use crate::api::{
-    ClusterStatus, CompositionChart, NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL,
-    ResourceRef,
+    ClusterStatus, CompositionChart, FinalFailure, NAMESPACE_OWNER_ANNOTATION, Phase,
+    RELEASE_OWNER_LABEL, RETRY_ANNOTATION, ResourceRef,
 };
 use crate::bundle::TypeRef;
 use crate::chart::Fetched;
@@ -67,7 +67,7 @@ pub(super) enum Outcome {
     /// The recorded install is what these inputs would install: no Helm call, nothing to record.
     UpToDate,
     /// Installed or upgraded: the target's new entry.
-    Released(ClusterStatus),
+    Released(Box<ClusterStatus>),
 }
 
 /// A target's release failed: why, and the target's entry to record when Helm got to write.
@@ -119,6 +119,16 @@ impl Release<'_> {
         {
             return Ok(Outcome::UpToDate);
         }
+        let attempt = Attempt {
+            inputs: self.inputs(&fingerprint),
+            fingerprint,
+        };
+        if let Some(error) = recorded.as_ref().and_then(|r| failed_before(r, &attempt)) {
+            return Err(Failure {
+                error,
+                entry: recorded,
+            });
+        }
         let helm_target = helm_target(self.context, self.reach, &self.target.namespace)?;
         let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
         let upgrade = self.gated_upgrade(&helm_target, writer);
@@ -127,7 +137,18 @@ impl Release<'_> {
         if let Some(Err(refused)) = admitted {
             return Err(refused.into());
         }
-        self.released(step, outcome, recorded, fingerprint).await
+        self.released(step, outcome, recorded, attempt, &helm_target)
+            .await
+    }
+
+    /// What identifies an attempt's inputs for [`FinalFailure::inputs`]: the
+    /// fingerprint, and the retry annotation the composition carries.
+    fn inputs(&self, fingerprint: &str) -> String {
+        let annotations = self.object.metadata.annotations.as_ref();
+        match annotations.and_then(|a| a.get(RETRY_ANNOTATION)) {
+            Some(retry) => format!("{fingerprint} retry={retry}"),
+            None => fingerprint.to_string(),
+        }
     }
 
     /// Refuses a release that another composition made, or that compositor did not make (an
@@ -295,7 +316,8 @@ impl Release<'_> {
         step: HelmStep,
         outcome: Result<helm::Release, helm::Error>,
         recorded: Option<ClusterStatus>,
-        fingerprint: String,
+        attempt: Attempt,
+        helm_target: &helm::Target,
     ) -> Result<Outcome, Failure> {
         let release = match outcome {
             Ok(release) => release,
@@ -306,17 +328,12 @@ impl Release<'_> {
             }
             Err(error) => {
                 let error = Error::from_helm(step, error, self.withhold);
-                let message = crate::runtime::error_message(&error);
-                let (revision, fingerprint) = recorded
-                    .map(|c| (c.revision, c.fingerprint))
-                    .unwrap_or_default();
-                let entry = self.entry(Phase::Failed, revision, fingerprint, message);
-                return Err(Failure {
-                    error,
-                    entry: Some(entry),
-                });
+                return Err(self
+                    .failed(step, error, recorded, attempt, helm_target)
+                    .await);
             }
         };
+        let fingerprint = attempt.fingerprint;
         if let Some(previous) = recorded.filter(|c| c.release != self.target.release) {
             let (context, reach, object) = (self.context, self.reach, self.object);
             cleanup::replaced(context, reach, object, &previous, &self.target.release).await?;
@@ -332,7 +349,64 @@ impl Release<'_> {
             self.target.release, release.revision
         );
         publish(self.context, self.object, EventType::Normal, reason, &note).await;
-        Ok(Outcome::Released(entry))
+        Ok(Outcome::Released(Box::new(entry)))
+    }
+
+    /// The failure of a Helm write. One the same inputs would meet again is recorded as such,
+    /// so they are not tried again; a first install that failed so is removed, so that nothing
+    /// of it stays half-installed.
+    async fn failed(
+        &self,
+        step: HelmStep,
+        mut error: Error,
+        recorded: Option<ClusterStatus>,
+        attempt: Attempt,
+        helm_target: &helm::Target,
+    ) -> Failure {
+        let (mut revision, mut fingerprint) = recorded
+            .map(|c| (c.revision, c.fingerprint))
+            .unwrap_or_default();
+        // A render that reads the cluster (`lookup`) may succeed once what it reads is there.
+        let reads_cluster = self.withhold && matches!(error, Error::Render(_));
+        let final_failure = error.is_final() && !reads_cluster;
+        if final_failure && step == HelmStep::Install {
+            let (removed, note) = self.remove_failed_install(helm_target).await;
+            if removed {
+                (revision, fingerprint) = (None, None);
+            }
+            if let (Error::Rejected(_, message), Some(note)) = (&mut error, note) {
+                message.push_str(&note);
+            }
+        }
+        let message = crate::runtime::error_message(&error);
+        let mut entry = self.entry(Phase::Failed, revision, fingerprint, message);
+        entry.final_failure = final_failure.then(|| FinalFailure {
+            inputs: attempt.inputs,
+            reason: error.reason().to_string(),
+        });
+        Failure {
+            error,
+            entry: Some(entry),
+        }
+    }
+
+    /// Uninstalls what a failed first install left: whether nothing of it is left, and what to
+    /// add to the failure's message.
+    async fn remove_failed_install(&self, helm_target: &helm::Target) -> (bool, Option<String>) {
+        let release = &self.target.release;
+        match self.context.helm.uninstall(helm_target, release).await {
+            Ok(true) => (
+                true,
+                Some("; what the install had created is removed".into()),
+            ),
+            Ok(false) => (true, None),
+            Err(removal) => {
+                let removal = Error::from_helm(HelmStep::Uninstall, removal, self.withhold);
+                let removal = crate::runtime::error_message(&removal);
+                let note = format!("; removing what it had created failed: {removal}");
+                (false, Some(note))
+            }
+        }
     }
 
     /// The target's entry in `status.clusters`.
@@ -350,10 +424,30 @@ impl Release<'_> {
             revision,
             phase,
             fingerprint,
+            final_failure: None,
             message,
             last_transition_time: None,
         }
     }
+}
+
+/// The inputs of one Helm write.
+struct Attempt {
+    /// Their fingerprint, recorded once installed.
+    fingerprint: String,
+    /// Their fingerprint with the retry annotation, recorded when they failed for good.
+    inputs: String,
+}
+
+/// The failure again, when the target's recorded entry says these inputs failed for good.
+fn failed_before(recorded: &ClusterStatus, attempt: &Attempt) -> Option<Error> {
+    let failure = recorded.final_failure.as_ref()?;
+    (recorded.phase == Phase::Failed && failure.inputs == attempt.inputs).then(|| {
+        Error::FailedBefore {
+            reason: failure.reason.clone(),
+            message: recorded.message.clone(),
+        }
+    })
 }
 
 /// How long a Helm write runs before the status says it is under way. Most take less, and then

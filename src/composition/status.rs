@@ -391,6 +391,7 @@ mod tests {
             revision: Some(revision),
             phase,
             fingerprint: None,
+            final_failure: None,
             message: String::new(),
             last_transition_time: None,
         };

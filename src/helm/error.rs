@@ -61,6 +61,13 @@ impl Error {
         matches!(self, Error::Failed { message, .. } if message.contains(" is forbidden: "))
     }
 
+    /// Whether the API server refused an object Helm wrote: an admission webhook or policy
+    /// denied it, or it is invalid. The same objects are refused again.
+    pub fn is_rejected(&self) -> bool {
+        const SIGNS: [&str; 3] = [" denied the request", " denied request", " is invalid: "];
+        matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
+    }
+
     /// A reason for a Kubernetes condition.
     pub fn reason(&self) -> &'static str {
         match self {

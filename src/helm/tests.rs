@@ -37,6 +37,24 @@ fn render_failures_are_told_from_other_failures() {
 }
 
 #[test]
+fn refusals_by_admission_and_validation_are_told_from_missing_permissions() {
+    let failed = |message: &str| Error::Failed {
+        verb: "upgrade",
+        message: message.into(),
+    };
+    for rejected in [
+        "configmaps \"a\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
+        "admission webhook \"v.example.com\" denied the request: no",
+        "Deployment.apps \"a\" is invalid: spec.template.spec.containers: Required value",
+    ] {
+        assert!(failed(rejected).is_rejected(), "{rejected}");
+    }
+    let unauthorized = "configmaps is forbidden: User \"x\" cannot create resource \"configmaps\"";
+    assert!(!failed(unauthorized).is_rejected());
+    assert!(failed(unauthorized).is_forbidden());
+}
+
+#[test]
 fn server_side_is_a_helm_4_flag() {
     assert!(knows_server_side("v4.3.1+gc0d08d0"));
     assert!(knows_server_side("v10.0.0"));
