@@ -992,3 +992,81 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
     .await;
     wait_gone(&compositions, "first").await;
 }
+
+/// A namespaced CRD of `plural.group` that takes any object, as a chart file.
+fn crd_file(group: &str, kind: &str, plural: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n"
+    )
+}
+
+/// Every shape of chart that brings CRDs installs with what its controller is granted: a CRD
+/// among its templates, one in a subchart's `crds/`, and one in `crds/` that is already there
+/// (Helm reads and waits for each, which the grant must cover).
+#[tokio::test]
+async fn charts_that_bring_crds_in_any_shape_install() {
+    let fixture = Fixture::new("real-crd-shapes").await;
+    let team = support::namespace(&fixture.client, "real-crd-shapes-team").await;
+    let group = format!("{}.example.com", fixture.namespace);
+    let config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\n";
+    let existing = crd_file(&group, "Bolt", "bolts");
+    let existing: CustomResourceDefinition = serde_saphyr::from_str(&existing).unwrap();
+    Api::<CustomResourceDefinition>::all(fixture.client.clone())
+        .create(&PostParams::default(), &existing)
+        .await
+        .expect("the CRD already there");
+    let shapes = [
+        (
+            "tmplcrd",
+            vec![(
+                "templates/crd.yaml",
+                crd_file(&group, "Sprocket", "sprockets"),
+            )],
+        ),
+        (
+            "subcrd",
+            vec![
+                (
+                    "charts/cogs/Chart.yaml",
+                    "apiVersion: v2\nname: cogs\nversion: 0.1.0\n".to_string(),
+                ),
+                (
+                    "charts/cogs/crds/cogs.yaml",
+                    crd_file(&group, "Cog", "cogs"),
+                ),
+            ],
+        ),
+        (
+            "precrd",
+            vec![("crds/bolts.yaml", crd_file(&group, "Bolt", "bolts"))],
+        ),
+    ];
+    for (chart, extra) in shapes {
+        let chart_yaml = format!("apiVersion: v2\nname: {chart}\nversion: 0.1.0\n");
+        let mut files = vec![
+            ("Chart.yaml", chart_yaml.as_str()),
+            ("templates/configmap.yaml", config_map),
+        ];
+        files.extend(
+            extra
+                .iter()
+                .map(|(path, content)| (*path, content.as_str())),
+        );
+        let url = support::publish_chart(chart, &files);
+        fixture.define(chart, &url, json!({})).await;
+        let plural = format!("{chart}s");
+        let controller_name = format!("{plural}-v0-1-0-controller");
+        let (controller, _cache) = run_controller(&fixture, &controller_name).await;
+        let kind = compositor::crd::kind_from_chart(chart);
+        let compositions = fixture.compositions(&kind, &plural, "v0-1-0", &team);
+        let version = format!("{}/v0-1-0", fixture.group);
+        create_ready(
+            &compositions,
+            &version,
+            (&kind, chart, json!({})),
+            &controller,
+        )
+        .await;
+        wait_gone(&compositions, chart).await;
+    }
+}
