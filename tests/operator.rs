@@ -765,6 +765,44 @@ async fn a_chart_may_not_bring_compositors_own_crds() {
     fixture.assert_no_bundle().await;
 }
 
+/// A chart whose default render has a ClusterRole that aggregates others can never install
+/// (no release may write one): the definition says so, one line per role, before anything is
+/// served.
+#[tokio::test]
+async fn a_chart_with_aggregated_roles_is_refused_before_anything_is_served() {
+    let fixture = Fixture::new("op-aggregated").await;
+    let name = support::unique("aggregator");
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    let url = support::publish_chart(
+        &name,
+        &[
+            ("Chart.yaml", &chart_yaml),
+            (
+                "templates/role.yaml",
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-admin'}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {example.com/aggregate-to-admin: 'true'}\n",
+            ),
+        ],
+    );
+    fixture
+        .apply_definition("aggregator", json!({"url": url}))
+        .await;
+    let refused = fixture
+        .wait_condition("aggregator", "ControllerReady", "False")
+        .await;
+    let status = refused.status.unwrap();
+    let condition = find_condition(&status.conditions, "ControllerReady").unwrap();
+    assert_eq!(
+        condition.reason, "AggregatedRoleNotAllowed",
+        "{condition:?}"
+    );
+    assert!(
+        condition.message.ends_with("\n{release}-admin"),
+        "{condition:?}"
+    );
+    assert!(status.crd.is_none(), "no API is served");
+    fixture.assert_no_bundle().await;
+}
+
 /// Kinds a chart names that the cluster does not serve are listed apart from the schema's
 /// warnings: one Kubernetes removed is said once and never looked for again; a CRD's kind is
 /// looked for again, and granted once its CRD is installed.

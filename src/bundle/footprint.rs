@@ -46,6 +46,9 @@ pub struct ClusterUse {
     pub rules: Vec<PolicyRule>,
     /// ClusterRoles that the chart's ClusterRoleBindings name but the chart does not define.
     pub bound_cluster_roles: BTreeSet<String>,
+    /// The chart's ClusterRoles that aggregate others (`aggregationRule`), by name pattern:
+    /// no release may write one.
+    pub aggregated: BTreeSet<String>,
     /// Kinds Helm lists and watches at cluster scope: the CustomResourceDefinitions of `crds/`,
     /// which Helm waits to see established before it installs the rest.
     pub watched: BTreeSet<ResolvedKind>,
@@ -89,6 +92,10 @@ impl Footprint {
                 names.insert(pattern(&document.object.name));
                 if is_rbac(document, "ClusterRole") {
                     add_rules(&mut footprint.cluster.rules, rules_of(document, probe));
+                    if !document.body["aggregationRule"].is_null() {
+                        let name = pattern(&document.object.name);
+                        footprint.cluster.aggregated.insert(name);
+                    }
                 } else if is_rbac(document, "ClusterRoleBinding")
                     && !defined_cluster_roles.contains(&role_ref("name"))
                 {

@@ -297,3 +297,17 @@ fn the_summary_reads_as_sentences() {
         ]
     );
 }
+
+#[test]
+fn clusterroles_that_aggregate_are_named() {
+    let manifest = "---\n# Source: app/templates/roles.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: relprobe-admin\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {app/aggregate-to-admin: \"true\"}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: relprobe-reader\nrules: []\n";
+    let documents = parse_documents(manifest).expect("manifest");
+    let footprint = Footprint::derive(&documents, &Probe::default(), &BTreeSet::new(), &resolved());
+    let aggregated: Vec<&str> = footprint
+        .cluster
+        .aggregated
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(aggregated, ["{release}-admin"]);
+}

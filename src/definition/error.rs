@@ -27,6 +27,19 @@ pub enum Error {
         /// The CRD's name.
         crd: String,
     },
+    /// The chart's default render has ClusterRoles that aggregate others, which compositor never
+    /// lets a release write.
+    #[error(
+        "with its default values the chart writes ClusterRoles that aggregate other roles \
+         (aggregationRule), which Kubernetes lets only cluster-admin or a holder of escalate on \
+         every ClusterRole write and compositor never grants; use a chart version whose defaults \
+         leave them out, one line each:\n{}",
+        roles.join("\n")
+    )]
+    AggregatedRoles {
+        /// Each ClusterRole, its name as a pattern.
+        roles: Vec<String>,
+    },
     /// A republished chart version changes its schema incompatibly.
     #[error("version {version} cannot be updated: {detail}")]
     SchemaConflict {
@@ -91,6 +104,7 @@ impl Error {
             Error::Crd(error) => ("CRDReady", error.reason()),
             Error::CrdOwnedByAnother { .. } => ("CRDReady", "CRDOwnedByAnotherDefinition"),
             Error::ChartCrdNotAllowed { .. } => ("CRDReady", "ChartCRDNotAllowed"),
+            Error::AggregatedRoles { .. } => ("ControllerReady", "AggregatedRoleNotAllowed"),
             Error::SchemaConflict { .. } => ("CRDReady", "SchemaConflict"),
             Error::Waiting(_) => ("CRDReady", "Progressing"),
             Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
@@ -109,6 +123,7 @@ impl Error {
             Error::Crd(_)
             | Error::CrdOwnedByAnother { .. }
             | Error::ChartCrdNotAllowed { .. }
+            | Error::AggregatedRoles { .. }
             | Error::SchemaConflict { .. }
             | Error::Bundle(_) => true,
             _ => false,

@@ -355,6 +355,11 @@ async fn converge(
     let fetched = resolve_chart(definition, context, status).await?;
     let footprint = inputs::chart_footprint(context, &fetched).await;
     crds::check_chart_crds(&context.client, &footprint.footprint).await?;
+    let aggregated = &footprint.footprint.cluster.aggregated;
+    if !aggregated.is_empty() {
+        let roles = aggregated.iter().cloned().collect();
+        return Err(Error::AggregatedRoles { roles });
+    }
     let planned = crds::plan(definition, &fetched)?;
     let placement = &definition.spec.placement;
     let cluster_secrets = context.cluster_secrets.selected(placement).await?;
