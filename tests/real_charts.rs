@@ -887,6 +887,22 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
         .create(&PostParams::default(), &bind)
         .await
         .unwrap();
+    // The API server enforces a new policy, and drops a deleted one, a moment later.
+    let config_maps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
+    let marked: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "probe", "labels": {"refuse-me": "yes"}}}),
+    )
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let admitted = || async { config_maps.create(&dry_run, &marked).await.is_ok() };
+    support::eventually("the policy refuses", Duration::from_secs(30), || async {
+        !admitted().await
+    })
+    .await;
     let url = support::publish_chart(
         "refused",
         &[
@@ -912,8 +928,6 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
         .create(&PostParams::default(), &composition)
         .await
         .unwrap();
-    // Policies take a moment to be enforced; until then the install may succeed: the test
-    // bed's policy is created first, and a refused install is what is looked for.
     let status = wait_status(
         &compositions,
         "first",
@@ -934,8 +948,6 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
         "{status}"
     );
     assert!(!helm_has("first", &team), "no release left half-installed");
-    let config_maps =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
     assert!(config_maps.get_opt("first-a").await.unwrap().is_none());
 
     // Not tried again with the same inputs: the reconcile a touch brings (not the retry
@@ -974,6 +986,12 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
         .delete(&policy, &DeleteParams::default())
         .await
         .unwrap();
+    support::eventually(
+        "the policy no longer refuses",
+        Duration::from_secs(30),
+        admitted,
+    )
+    .await;
     compositions
         .patch(
             "first",
