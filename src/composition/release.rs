@@ -4,8 +4,10 @@
 //!    the composition's (`confinement`): otherwise nothing is written;
 //! 2. up to date? the fingerprint of these inputs is the one recorded, Helm's latest record is
 //!    that revision, deployed, and the release's objects are there: nothing to do, no `helm`;
-//! 3. recover a release a crash left pending;
-//! 4. `helm upgrade --install` as the release identity, whose rendered manifest is admitted
+//! 3. failed for good before? the same inputs that the cluster refused, or that do not
+//!    render, run no Helm again (`attempt`);
+//! 4. recover a release a crash left pending;
+//! 5. `helm upgrade --install` as the release identity, whose rendered manifest is admitted
 //!    before Helm writes any of it: it stays in the composition's namespaces, binds roles only
 //!    to their ServiceAccounts, grants no more through ClusterRoles than the chart does with
 //!    its defaults, and every object is put to the authorizer (`access`), all from Helm's
@@ -25,14 +27,15 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::Value;
 
+use super::attempt::{Attempt, remove_failed_install};
 use super::confinement::{self, Owner, helm_target, owner_of, release_place};
 use super::placement::Target;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint};
 use crate::api::{
-    ClusterStatus, CompositionChart, FinalFailure, NAMESPACE_OWNER_ANNOTATION, Phase,
-    RELEASE_OWNER_LABEL, RETRY_ANNOTATION, ResourceRef,
+    ClusterStatus, CompositionChart, NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL,
+    ResourceRef,
 };
 use crate::bundle::TypeRef;
 use crate::chart::Fetched;
@@ -119,11 +122,8 @@ impl Release<'_> {
         {
             return Ok(Outcome::UpToDate);
         }
-        let attempt = Attempt {
-            inputs: self.inputs(&fingerprint),
-            fingerprint,
-        };
-        if let Some(error) = recorded.as_ref().and_then(|r| failed_before(r, &attempt)) {
+        let attempt = Attempt::new(fingerprint, self.object);
+        if let Some(error) = recorded.as_ref().and_then(|r| attempt.failed_before(r)) {
             return Err(Failure {
                 error,
                 entry: recorded,
@@ -139,16 +139,6 @@ impl Release<'_> {
         }
         self.released(step, outcome, recorded, attempt, &helm_target)
             .await
-    }
-
-    /// What identifies an attempt's inputs for [`FinalFailure::inputs`]: the
-    /// fingerprint, and the retry annotation the composition carries.
-    fn inputs(&self, fingerprint: &str) -> String {
-        let annotations = self.object.metadata.annotations.as_ref();
-        match annotations.and_then(|a| a.get(RETRY_ANNOTATION)) {
-            Some(retry) => format!("{fingerprint} retry={retry}"),
-            None => fingerprint.to_string(),
-        }
     }
 
     /// Refuses a release that another composition made, or that compositor did not make (an
@@ -370,7 +360,9 @@ impl Release<'_> {
         let reads_cluster = self.withhold && matches!(error, Error::Render(_));
         let final_failure = error.is_final() && !reads_cluster;
         if final_failure && step == HelmStep::Install {
-            let (removed, note) = self.remove_failed_install(helm_target).await;
+            let release = &self.target.release;
+            let (removed, note) =
+                remove_failed_install(self.context, helm_target, release, self.withhold).await;
             if removed {
                 (revision, fingerprint) = (None, None);
             }
@@ -380,32 +372,10 @@ impl Release<'_> {
         }
         let message = crate::runtime::error_message(&error);
         let mut entry = self.entry(Phase::Failed, revision, fingerprint, message);
-        entry.final_failure = final_failure.then(|| FinalFailure {
-            inputs: attempt.inputs,
-            reason: error.reason().to_string(),
-        });
+        entry.final_failure = final_failure.then(|| attempt.final_failure(&error));
         Failure {
             error,
             entry: Some(entry),
-        }
-    }
-
-    /// Uninstalls what a failed first install left: whether nothing of it is left, and what to
-    /// add to the failure's message.
-    async fn remove_failed_install(&self, helm_target: &helm::Target) -> (bool, Option<String>) {
-        let release = &self.target.release;
-        match self.context.helm.uninstall(helm_target, release).await {
-            Ok(true) => (
-                true,
-                Some("; what the install had created is removed".into()),
-            ),
-            Ok(false) => (true, None),
-            Err(removal) => {
-                let removal = Error::from_helm(HelmStep::Uninstall, removal, self.withhold);
-                let removal = crate::runtime::error_message(&removal);
-                let note = format!("; removing what it had created failed: {removal}");
-                (false, Some(note))
-            }
         }
     }
 
@@ -429,25 +399,6 @@ impl Release<'_> {
             last_transition_time: None,
         }
     }
-}
-
-/// The inputs of one Helm write.
-struct Attempt {
-    /// Their fingerprint, recorded once installed.
-    fingerprint: String,
-    /// Their fingerprint with the retry annotation, recorded when they failed for good.
-    inputs: String,
-}
-
-/// The failure again, when the target's recorded entry says these inputs failed for good.
-fn failed_before(recorded: &ClusterStatus, attempt: &Attempt) -> Option<Error> {
-    let failure = recorded.final_failure.as_ref()?;
-    (recorded.phase == Phase::Failed && failure.inputs == attempt.inputs).then(|| {
-        Error::FailedBefore {
-            reason: failure.reason.clone(),
-            message: recorded.message.clone(),
-        }
-    })
 }
 
 /// How long a Helm write runs before the status says it is under way. Most take less, and then
