@@ -266,9 +266,10 @@ fn error_policy(
         Error::Waiting(_) | Error::CompositionsRemaining(_) => {
             Action::requeue(Duration::from_secs(2))
         }
-        // An approval is an RBAC grant, which no watch of the operator's sees.
+        // An approval is an RBAC grant, which no watch of the operator's sees. The lines are in
+        // the definition's status and its transition event; the log repeats them only at debug.
         Error::ApprovalRequired { .. } => {
-            tracing::info!(definition = %definition.name_any(), %error, "waiting for approval");
+            tracing::debug!(definition = %definition.name_any(), %error, "waiting for approval");
             Action::requeue(APPROVAL_POLL)
         }
         error if error.is_terminal() => {
