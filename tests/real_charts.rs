@@ -955,15 +955,15 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
     let failures = "compositor_helm_calls_total{verb=\"upgrade\",outcome=\"Failure\"}";
     let tried = controller.metric(failures).await;
     assert!(tried >= 1.0, "the refused install is counted");
-    let annotate = |key: &str| json!({"metadata": {"annotations": {key: "1"}}});
-    compositions
-        .patch(
-            "first",
-            &PatchParams::default(),
-            &Patch::Merge(annotate("touch")),
-        )
-        .await
-        .unwrap();
+    let annotate = |key: &'static str| {
+        let patch = Patch::Merge(json!({"metadata": {"annotations": {key: "1"}}}));
+        let compositions = &compositions;
+        async move {
+            let params = PatchParams::default();
+            compositions.patch("first", &params, &patch).await.unwrap();
+        }
+    };
+    annotate("touch").await;
     wait_status(
         &compositions,
         "first",
@@ -992,14 +992,7 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
         admitted,
     )
     .await;
-    compositions
-        .patch(
-            "first",
-            &PatchParams::default(),
-            &Patch::Merge(annotate("compositor.dev/retry")),
-        )
-        .await
-        .unwrap();
+    annotate("compositor.dev/retry").await;
     wait_status(
         &compositions,
         "first",

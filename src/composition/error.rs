@@ -353,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn every_final_failure_keeps_its_reason_when_met_again() {
+        let rendering = helm::Error::Failed {
+            verb: "upgrade",
+            message: "execution error at (c/templates/a.yaml:1:3): no".into(),
+        };
+        let finals = [
+            Error::Render(rendering),
+            Error::TooLarge("16 MiB".into()),
+            Error::Rejected(HelmStep::Install, "denied".into()),
+            Error::Rejected(HelmStep::Upgrade, "denied".into()),
+        ];
+        for error in finals {
+            assert!(error.is_final());
+            let again = Error::FailedBefore {
+                reason: error.reason().into(),
+                message: error.to_string(),
+            };
+            assert_eq!(again.reason(), error.reason(), "{error}");
+        }
+    }
+
+    #[test]
     fn a_success_starts_the_count_again() {
         let failures = Failures::default();
         assert_eq!(failures.failed("a"), 1);
