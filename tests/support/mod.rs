@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod definitions;
 pub mod installed;
 
 use std::path::{Path, PathBuf};

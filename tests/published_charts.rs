@@ -1,0 +1,191 @@
+//! Real published charts of the shapes that used to fail, packaged into `testdata/published`
+//! (see its SOURCES.md), each beside an administrator's `helm install` of the same package:
+//!
+//! - prometheus 29.27.0, whose subcharts' schemas require values only the subcharts' own
+//!   values.yaml give (alertmanager requires `replicaCount`, `image`, `serviceAccount`, …): a
+//!   composition with no values at all installs, as Helm does;
+//! - crossplane, whose default render writes ClusterRoles that aggregate others (which only
+//!   cluster-admin may write): the definition says so, one line per role, before any API is
+//!   served, and never fails a first install with advice that cannot help.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+use compositor::api::{CompositionDefinition, find_condition};
+use support::definitions::{Fixture, helm_has, publish, run_controller, wait_gone, wait_status};
+
+/// A chart of `testdata/published`.
+fn published(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/published")
+        .join(file)
+}
+
+/// An administrator's `helm install` of `chart` as `release` in a new namespace; the namespace.
+async fn admin_install(client: &kube::Client, chart: &std::path::Path, release: &str) -> String {
+    let namespace = support::namespace(client, release).await;
+    let helm = support::Helm::new();
+    let chart = chart.to_str().unwrap();
+    helm.ok(&["install", release, chart, "-n", &namespace], None);
+    let status = helm.ok(&["status", release, "-n", &namespace, "-o", "json"], None);
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        status["info"]["status"], "deployed",
+        "the baseline: {status}"
+    );
+    namespace
+}
+
+#[tokio::test]
+async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
+    let chart = published("prometheus-29.27.0.tgz");
+    let fixture = Fixture::new("pub-prom").await;
+    let baseline = support::unique("prom-admin");
+    let baseline_namespace = admin_install(&fixture.client, &chart, &baseline).await;
+
+    let definition = fixture
+        .define("prometheus", &publish(&chart), json!({}))
+        .await;
+    let status = definition.status.unwrap();
+    let crd = status.crd.expect("the API is served");
+    let version = &status.versions[0];
+    let (controller, _cache) = run_controller(&fixture, &version.controller).await;
+    let team = support::namespace(&fixture.client, "pub-prom-team").await;
+    let compositions = fixture.compositions(&crd.kind, &crd.plural, &version.version, &team);
+    let name = support::unique("metrics");
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
+        "metadata": {"name": name}, "spec": {},
+    }))
+    .unwrap();
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .expect("a composition with no values");
+    let ready = wait_status(
+        &compositions,
+        &name,
+        "Ready",
+        |s| s["phase"] == "Ready",
+        &controller,
+    )
+    .await;
+    assert_eq!(ready["clusters"][0]["revision"], 1, "{ready}");
+
+    // What Helm gave the baseline, the composition's release was given too: the subcharts'
+    // own defaults, which their schemas require.
+    let helm = support::Helm::new();
+    let computed = |release: &str, namespace: &str| -> Value {
+        let values = helm.ok(
+            &[
+                "get", "values", release, "-n", namespace, "--all", "-o", "json",
+            ],
+            None,
+        );
+        serde_json::from_str(&values).unwrap()
+    };
+    let ours = computed(&name, &team);
+    let theirs = computed(&baseline, &baseline_namespace);
+    for subchart in [
+        "alertmanager",
+        "kube-state-metrics",
+        "prometheus-node-exporter",
+    ] {
+        assert_eq!(ours[subchart], theirs[subchart], "{subchart}");
+    }
+    assert_eq!(ours["alertmanager"]["replicaCount"], 1);
+    let manifest = helm.ok(&["get", "manifest", &name, "-n", &team], None);
+    let kinds = manifest.matches("\nkind: ").count();
+    let baseline_manifest = helm.ok(
+        &["get", "manifest", &baseline, "-n", &baseline_namespace],
+        None,
+    );
+    assert_eq!(kinds, baseline_manifest.matches("\nkind: ").count());
+    assert!(
+        manifest.contains("kind: StatefulSet") && manifest.contains("name: alertmanager"),
+        "the alertmanager subchart is installed"
+    );
+
+    wait_gone(&compositions, &name).await;
+    assert!(!helm_has(&name, &team), "the release is uninstalled");
+    helm.ok(&["uninstall", &baseline, "-n", &baseline_namespace], None);
+}
+
+#[tokio::test]
+async fn crossplanes_aggregated_roles_are_refused_before_anything_is_served() {
+    let chart = published("crossplane-0.0.1.tgz");
+    let fixture = Fixture::new("pub-xp").await;
+    // crossplane names its ClusterRoles after the chart, not the release: one install at a
+    // time on this test bed.
+    let baseline = support::unique("xp-admin");
+    let baseline_namespace = admin_install(&fixture.client, &chart, &baseline).await;
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let aggregated = roles.get("crossplane").await.expect("the baseline's role");
+    assert!(
+        aggregated.aggregation_rule.is_some(),
+        "an administrator may write what aggregates"
+    );
+    support::Helm::new().ok(&["uninstall", &baseline, "-n", &baseline_namespace], None);
+
+    support::apply_definition(
+        &fixture.client,
+        &fixture.namespace,
+        "crossplane",
+        json!({
+            "chart": {
+                "url": publish(&chart),
+                "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                                "passwordRef": {"name": "repo-password", "key": "password"}},
+            },
+            "names": {"group": fixture.group},
+        }),
+    )
+    .await;
+    let definitions =
+        Api::<CompositionDefinition>::namespaced(fixture.client.clone(), &fixture.namespace);
+    let mut last = None;
+    for _ in 0..240 {
+        let status = definitions
+            .get("crossplane")
+            .await
+            .expect("definition")
+            .status
+            .unwrap_or_default();
+        let refused = find_condition(&status.conditions, "ControllerReady")
+            .is_some_and(|c| c.status == "False");
+        last = Some(status);
+        if refused {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let status = last.unwrap();
+    let condition = find_condition(&status.conditions, "ControllerReady").expect("a verdict");
+    assert_eq!(
+        condition.reason, "AggregatedRoleNotAllowed",
+        "{condition:?}"
+    );
+    let lines: Vec<&str> = condition.message.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "crossplane",
+            "crossplane-admin",
+            "crossplane-browse",
+            "crossplane-edit",
+            "crossplane-view",
+            "crossplane:allowed-provider-permissions",
+        ],
+        "one line per role: {condition:?}"
+    );
+    let ready = find_condition(&status.conditions, "Ready").expect("Ready");
+    assert_eq!(ready.status, "False");
+    assert!(status.crd.is_none(), "no API is served: {status:?}");
+    assert!(status.versions.is_empty(), "no controller: {status:?}");
+}
