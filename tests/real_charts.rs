@@ -9,10 +9,10 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
+use kube::{Client, ResourceExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -591,77 +591,109 @@ subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', name
     }
 }
 
-/// A chart whose install an admission policy refuses: the failure is final for those inputs
-/// (`InstallRejected`, Stalled), what the install had created is removed, Helm is not run again
-/// until the retry annotation changes, and the message says "install".
-#[tokio::test]
-async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
-    let fixture = Fixture::new("real-refused").await;
-    let team = support::namespace(&fixture.client, "real-refused-team").await;
-    let policy = support::unique("deny-marked");
-    let objects = |kind: &str, spec: Value| -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": policy}, "spec": spec,
-        }))
-        .unwrap()
-    };
-    let resource = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
-            plural,
-        )
-    };
-    let policies = Api::<DynamicObject>::all_with(
-        fixture.client.clone(),
-        &resource("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
-    );
-    let bindings = Api::<DynamicObject>::all_with(
-        fixture.client.clone(),
-        &resource(
+/// A ValidatingAdmissionPolicy refusing ConfigMaps labelled `refuse-me` in one namespace, once
+/// the API server enforces it.
+struct RefusingPolicy {
+    name: String,
+    policies: Api<DynamicObject>,
+    bindings: Api<DynamicObject>,
+    /// Where it refuses.
+    config_maps: Api<ConfigMap>,
+}
+
+impl RefusingPolicy {
+    async fn new(client: &Client, namespace: &str) -> RefusingPolicy {
+        let policy = support::unique("deny-marked");
+        let objects = |kind: &str, spec: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                "metadata": {"name": policy}, "spec": spec,
+            }))
+            .unwrap()
+        };
+        let resource = |kind: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+                plural,
+            )
+        };
+        let policies = Api::<DynamicObject>::all_with(
+            client.clone(),
+            &resource("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+        );
+        let bindings = Api::<DynamicObject>::all_with(
+            client.clone(),
+            &resource(
+                "ValidatingAdmissionPolicyBinding",
+                "validatingadmissionpolicybindings",
+            ),
+        );
+        let deny = objects(
+            "ValidatingAdmissionPolicy",
+            json!({"failurePolicy": "Fail",
+                   "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                   "validations": [{"expression": "!has(object.metadata.labels) || !('refuse-me' in object.metadata.labels)",
+                                    "message": "marked to be refused"}]}),
+        );
+        let bind = objects(
             "ValidatingAdmissionPolicyBinding",
-            "validatingadmissionpolicybindings",
-        ),
-    );
-    let deny = objects(
-        "ValidatingAdmissionPolicy",
-        json!({"failurePolicy": "Fail",
-               "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                   "operations": ["CREATE"], "resources": ["configmaps"]}]},
-               "validations": [{"expression": "!has(object.metadata.labels) || !('refuse-me' in object.metadata.labels)",
-                                "message": "marked to be refused"}]}),
-    );
-    let bind = objects(
-        "ValidatingAdmissionPolicyBinding",
-        json!({"policyName": policy, "validationActions": ["Deny"],
-               "matchResources": {"namespaceSelector": {"matchLabels": {
-                   "kubernetes.io/metadata.name": team}}}}),
-    );
-    policies
-        .create(&PostParams::default(), &deny)
-        .await
+            json!({"policyName": policy, "validationActions": ["Deny"],
+                   "matchResources": {"namespaceSelector": {"matchLabels": {
+                       "kubernetes.io/metadata.name": namespace}}}}),
+        );
+        policies
+            .create(&PostParams::default(), &deny)
+            .await
+            .unwrap();
+        bindings
+            .create(&PostParams::default(), &bind)
+            .await
+            .unwrap();
+        let refusing = RefusingPolicy {
+            name: policy,
+            policies,
+            bindings,
+            config_maps: Api::namespaced(client.clone(), namespace),
+        };
+        // The API server enforces a new policy, and drops a deleted one, a moment later.
+        support::eventually("the policy refuses", Duration::from_secs(30), || async {
+            !refusing.admits().await
+        })
+        .await;
+        refusing
+    }
+
+    /// Whether a marked ConfigMap would be admitted now.
+    async fn admits(&self) -> bool {
+        let marked: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": "probe", "labels": {"refuse-me": "yes"}}}),
+        )
         .unwrap();
-    bindings
-        .create(&PostParams::default(), &bind)
-        .await
-        .unwrap();
-    // The API server enforces a new policy, and drops a deleted one, a moment later.
-    let config_maps =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(fixture.client.clone(), &team);
-    let marked: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
-        json!({"metadata": {"name": "probe", "labels": {"refuse-me": "yes"}}}),
-    )
-    .unwrap();
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let admitted = || async { config_maps.create(&dry_run, &marked).await.is_ok() };
-    support::eventually("the policy refuses", Duration::from_secs(30), || async {
-        !admitted().await
-    })
-    .await;
-    let url = support::publish_chart(
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.config_maps.create(&dry_run, &marked).await.is_ok()
+    }
+
+    /// Deletes the policy and waits until it is no longer enforced.
+    async fn remove(&self) {
+        let params = DeleteParams::default();
+        self.policies.delete(&self.name, &params).await.unwrap();
+        self.bindings.delete(&self.name, &params).await.unwrap();
+        support::eventually(
+            "the policy no longer refuses",
+            Duration::from_secs(30),
+            || self.admits(),
+        )
+        .await;
+    }
+}
+
+/// A chart of two ConfigMaps, the second marked to be refused by [`RefusingPolicy`].
+fn refused_chart() -> String {
+    support::publish_chart(
         "refused",
         &[
             (
@@ -673,7 +705,68 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-a'}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-z', labels: {refuse-me: 'yes'}}\n",
             ),
         ],
+    )
+}
+
+/// A definition that keeps a refused first install: the failed release and what it had created
+/// stay to look into, the same inputs are not tried again, a retry once the cluster admits them
+/// upgrades the kept release, and deleting the composition uninstalls it.
+#[tokio::test]
+async fn a_refused_install_the_definition_keeps_stays_to_look_into() {
+    let fixture = Fixture::new("real-kept").await;
+    let team = support::namespace(&fixture.client, "real-kept-team").await;
+    let policy = RefusingPolicy::new(&fixture.client, &team).await;
+    let keep = json!({"failedInstall": "Keep"});
+    fixture.define("refused", &refused_chart(), keep).await;
+    let (controller, _cache) = run_controller(&fixture, "refuseds-v0-1-0-controller").await;
+    let compositions = fixture.compositions("Refused", "refuseds", "v0-1-0", &team);
+    let version = format!("{}/v0-1-0", fixture.group);
+    let composition: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": version, "kind": "Refused", "metadata": {"name": "kept"}, "spec": {},
+    }))
+    .unwrap();
+    compositions
+        .create(&PostParams::default(), &composition)
+        .await
+        .unwrap();
+    let refused = |s: &Value| reason_of(s, "Ready").starts_with("InstallRejected");
+    let status = wait_status(&compositions, "kept", "refused", refused, &controller).await;
+    let message = reason_of(&status, "Ready");
+    assert!(
+        message.contains("kept to look into (spec.failedInstall: Keep)"),
+        "{message}"
     );
+    let helm = support::Helm::new();
+    let release = helm.ok(&["status", "kept", "-n", &team, "-o", "json"], None);
+    let release: Value = serde_json::from_str(&release).unwrap();
+    assert_eq!(release["info"]["status"], "failed", "{release}");
+    let config_maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), &team);
+    assert!(config_maps.get_opt("kept-a").await.unwrap().is_some());
+
+    policy.remove().await;
+    let retry = Patch::Merge(json!({"metadata": {"annotations": {"compositor.dev/retry": "1"}}}));
+    compositions
+        .patch("kept", &PatchParams::default(), &retry)
+        .await
+        .unwrap();
+    let ready = |s: &Value| s["phase"] == "Ready";
+    let status = wait_status(&compositions, "kept", "Ready", ready, &controller).await;
+    assert_eq!(status["clusters"][0]["revision"], 2, "{status}");
+    assert!(config_maps.get_opt("kept-z").await.unwrap().is_some());
+    wait_gone(&compositions, "kept").await;
+    assert!(!helm_has("kept", &team));
+}
+
+/// A chart whose install an admission policy refuses: the failure is final for those inputs
+/// (`InstallRejected`, Stalled), what the install had created is removed, Helm is not run again
+/// until the retry annotation changes, and the message says "install".
+#[tokio::test]
+async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
+    let fixture = Fixture::new("real-refused").await;
+    let team = support::namespace(&fixture.client, "real-refused-team").await;
+    let policy = RefusingPolicy::new(&fixture.client, &team).await;
+    let config_maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), &team);
+    let url = refused_chart();
     fixture.define("refused", &url, json!({})).await;
     let (controller, _cache) = run_controller(&fixture, "refuseds-v0-1-0-controller").await;
     let compositions = fixture.compositions("Refused", "refuseds", "v0-1-0", &team);
@@ -736,20 +829,7 @@ async fn an_install_the_cluster_refuses_is_removed_and_not_tried_again() {
     assert_eq!(controller.metric(failures).await, tried, "no Helm run");
 
     // Once the policy is gone, a new retry annotation installs.
-    policies
-        .delete(&policy, &DeleteParams::default())
-        .await
-        .unwrap();
-    bindings
-        .delete(&policy, &DeleteParams::default())
-        .await
-        .unwrap();
-    support::eventually(
-        "the policy no longer refuses",
-        Duration::from_secs(30),
-        admitted,
-    )
-    .await;
+    policy.remove().await;
     annotate("compositor.dev/retry").await;
     wait_status(
         &compositions,

@@ -43,6 +43,9 @@ pub struct CompositionDefinitionSpec {
     /// What deleting the definition does to its compositions.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// What a first install that failed for good leaves behind.
+    #[serde(default)]
+    pub failed_install: FailedInstall,
     /// What the controllers may do beyond what the chart's default render shows.
     #[serde(default, skip_serializing_if = "PermissionsSpec::is_empty")]
     pub permissions: PermissionsSpec,
@@ -163,6 +166,18 @@ pub struct SchemaOptions {
     /// Bake schema defaults into the CRD; otherwise values.yaml stays the only source of defaults.
     #[serde(default)]
     pub apply_defaults: bool,
+}
+
+/// What a composition's first install that failed for good (refused by the cluster, an invalid
+/// manifest) leaves behind. Either way the same inputs are not tried again.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailedInstall {
+    /// Uninstall what the install had created, so nothing stays half-installed.
+    #[default]
+    Uninstall,
+    /// Keep the failed release and what it created, to look into; it is upgraded when the
+    /// inputs change and uninstalled with the composition.
+    Keep,
 }
 
 /// What deleting a definition does to its compositions.

@@ -11,8 +11,8 @@ pub use composition::{
 pub use conditions::{find_condition, remove_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
-    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, Names,
-    NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
+    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, FailedInstall,
+    Names, NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
     SchemaOptions, VersionFootprint,
 };
 

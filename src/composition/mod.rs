@@ -45,7 +45,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
+    CompositionDefinition, FINALIZER, FailedInstall, MOVE_ANNOTATION, Phase, VERSION_LABEL,
+    is_paused,
 };
 use crate::chart::Cache;
 use crate::helm;
@@ -405,7 +406,8 @@ async fn install(
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
     let outcomes = futures::future::join_all(targets.iter().map(|target| {
-        let inputs = (&chart.fetched, &values, withhold, &writable);
+        let failed_install = definition.spec.failed_install;
+        let inputs = (&chart.fetched, &values, withhold, &writable, failed_install);
         release_on(object, context, inputs, target, &shared)
     }))
     .await;
@@ -435,19 +437,21 @@ async fn install(
 }
 
 /// What each target's release is made of: the chart, the values, whether Helm's words are
-/// withheld, and the namespaces a release may write into besides its own.
+/// withheld, the namespaces a release may write into besides its own, and what a failed first
+/// install leaves.
 type ReleaseInputs<'a> = (
     &'a crate::chart::Fetched,
     &'a serde_json::Value,
     bool,
     &'a BTreeSet<String>,
+    FailedInstall,
 );
 
 /// The release on one target, once its cluster is reached.
 async fn release_on(
     object: &DynamicObject,
     context: &Context,
-    (chart, values, withhold, writable): ReleaseInputs<'_>,
+    (chart, values, withhold, writable, failed_install): ReleaseInputs<'_>,
     target: &placement::Target,
     writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
@@ -461,6 +465,7 @@ async fn release_on(
         reach: &reach,
         withhold,
         writable,
+        failed_install,
     };
     let outcome = release
         .reconcile(writer)

@@ -34,8 +34,8 @@ use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, fingerprint};
 use crate::api::{
-    ClusterStatus, CompositionChart, NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL,
-    ResourceRef,
+    ClusterStatus, CompositionChart, FailedInstall, NAMESPACE_OWNER_ANNOTATION, Phase,
+    RELEASE_OWNER_LABEL, ResourceRef,
 };
 use crate::bundle::TypeRef;
 use crate::chart::Fetched;
@@ -63,6 +63,8 @@ pub(super) struct Release<'a> {
     /// The namespaces a release may write into besides its own, as patterns (`{release}`,
     /// `{namespace}`): the chart's with its default values and the definition's listed ones.
     pub writable: &'a BTreeSet<String>,
+    /// What a first install that failed for good leaves.
+    pub failed_install: FailedInstall,
 }
 
 /// How a target's release ended, when nothing failed.
@@ -360,12 +362,19 @@ impl Release<'_> {
         let reads_cluster = self.withhold && matches!(error, Error::Render(_));
         let final_failure = error.is_final() && !reads_cluster;
         if final_failure && step == HelmStep::Install {
-            let release = &self.target.release;
-            let (removed, note) =
-                remove_failed_install(self.context, helm_target, release, self.withhold).await;
-            if removed {
-                (revision, fingerprint) = (None, None);
-            }
+            let note = match self.failed_install {
+                FailedInstall::Keep => Some(KEPT_NOTE.to_string()),
+                FailedInstall::Uninstall => {
+                    let release = &self.target.release;
+                    let (context, withhold) = (self.context, self.withhold);
+                    let (removed, note) =
+                        remove_failed_install(context, helm_target, release, withhold).await;
+                    if removed {
+                        (revision, fingerprint) = (None, None);
+                    }
+                    note
+                }
+            };
             if let (Error::Rejected(_, message), Some(note)) = (&mut error, note) {
                 message.push_str(&note);
             }
@@ -400,6 +409,10 @@ impl Release<'_> {
         }
     }
 }
+
+/// Added to a refused first install's message when the definition keeps it.
+const KEPT_NOTE: &str =
+    "; what the install had created is kept to look into (spec.failedInstall: Keep)";
 
 /// How long a Helm write runs before the status says it is under way. Most take less, and then
 /// their result is the only status write.
