@@ -12,9 +12,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{Client, ResourceExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use support::definitions::{
@@ -519,7 +519,8 @@ const FULLNAME_HELPERS: &str = r#"{{- define "agent.name" -}}
 
 /// A chart that names its cluster-wide objects with Helm's `fullname` helper, which drops the
 /// chart's name from a release name that already has it: a composition named `<team>-agent`
-/// gets `<team>-agent-reader`, not `<team>-agent-agent-reader`, and is granted exactly that.
+/// gets `<team>-agent-reader`, not `<team>-agent-agent-reader`, and is granted exactly that. A
+/// name cut at 63 characters (`trunc 63`) is granted cut for a release long enough to be cut.
 #[tokio::test]
 async fn names_from_helms_fullname_helper_are_granted_for_every_release_name() {
     let fixture = Fixture::new("real-fullname").await;
@@ -538,6 +539,12 @@ kind: ClusterRoleBinding
 metadata: {name: '{{ include "agent.fullname" . }}-reader'}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '{{ include "agent.fullname" . }}-reader'}
 subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', namespace: '{{ .Release.Namespace }}'}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: '{{ printf "%s-cluster-reader" (include "agent.fullname" .) | trunc 63 | trimSuffix "-" }}'}
+rules:
+- {apiGroups: [''], resources: [namespaces], verbs: [get]}
 "#;
     let url = support::publish_chart(
         "agent",
@@ -568,10 +575,21 @@ subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', name
     let (controller, _cache) = run_controller(&fixture, "agents-v0-1-0-controller").await;
     let team = support::namespace(&fixture.client, "real-fullname-team").await;
     let compositions = fixture.compositions("Agent", "agents", "v0-1-0", &team);
+    assert!(
+        footprint.cluster_objects.contains(
+            &"clusterroles.rbac.authorization.k8s.io {cut}{fullname:agent}-cluster-reader"
+                .to_string()
+        ),
+        "{footprint:?}"
+    );
     let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    // 53 characters, Helm's longest: its cluster reader's name is cut to 63.
+    let long = "a-team-whose-name-is-as-long-as-helm-lets-a-release-b";
+    let long_role = format!("{long}-agent-clu");
     for (name, role) in [
         ("team-agent", "team-agent-reader"),
         ("other", "other-agent-reader"),
+        (long, long_role.as_str()),
     ] {
         let version = format!("{}/v0-1-0", fixture.group);
         create_ready(
@@ -586,7 +604,7 @@ subjects: [{kind: ServiceAccount, name: '{{ include "agent.fullname" . }}', name
             .await
             .expect("the ClusterRole as Helm names it");
     }
-    for name in ["team-agent", "other"] {
+    for name in ["team-agent", "other", long] {
         wait_gone(&compositions, name).await;
     }
 }

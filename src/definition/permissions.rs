@@ -120,6 +120,7 @@ pub async fn footprint_of(
         }
     };
     let probe = fullname_probe(engine, fetched, &documents).await;
+    let probe = cut_probe(engine, fetched, &documents, probe).await;
     let templates = fetched.package.all_templates();
     let rendered: Vec<_> = documents.iter().map(|d| d.object.clone()).collect();
     let own_crds = crd_kinds(&documents);
@@ -220,6 +221,32 @@ async fn fullname_probe(
         }
     }
     Probe::with_fullnames(following)
+}
+
+/// Which names follow the release and are cut at 63 characters: the chart rendered again as a
+/// release of Helm's longest name shows them, object for object.
+async fn cut_probe(
+    engine: &helm::Engine,
+    fetched: &Fetched,
+    documents: &[RenderedDocument],
+    probe: Probe,
+) -> Probe {
+    let names = |documents: &[RenderedDocument]| -> Vec<String> {
+        documents.iter().map(|d| d.object.name.clone()).collect()
+    };
+    let rendered = names(documents);
+    if !rendered.iter().any(|name| name.contains(PROBE_RELEASE)) {
+        return probe;
+    }
+    let Ok(long) = render(engine, fetched, &Probe::long_release()).await else {
+        return probe;
+    };
+    let long = names(&long);
+    if long.len() != rendered.len() {
+        return probe;
+    }
+    let cut = probe.cut_names(&rendered, &long);
+    probe.with_cut(cut)
 }
 
 /// The names of a chart and of every subchart in it.
