@@ -13,124 +13,14 @@ use compositor::chart::values::{Enabling, Subchart, coalesced};
 use compositor::helm::parse_documents;
 use compositor::schema::validate_package;
 use serde_json::{Value, json};
-
-/// What each chart renders: its `.Values` as YAML, in a ConfigMap named after it (an aliased
-/// subchart's name is its alias).
-const VALUES_TEMPLATE: &str = "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: values-{{ .Chart.Name }}
-data:
-  values.yaml: |
-{{ toYaml .Values | indent 4 }}
-";
-
-/// A parent with two subcharts: `web`, whose schema requires values only its own values.yaml
-/// gives (and a global the parent gives), and `db` aliased as `store`, enabled by a condition,
-/// whose values the parent imports in both forms. Both parent and subchart have `null`s and
-/// globals to coalesce.
-const FILES: &[(&str, &str)] = &[
-    (
-        "Chart.yaml",
-        "apiVersion: v2
-name: parent
-version: 1.0.0
-dependencies:
-  - name: web
-    version: 1.0.0
-  - name: db
-    version: 1.0.0
-    alias: store
-    condition: store.enabled
-    import-values:
-      - child: connection
-        parent: imported.connection
-      - settings
-",
-    ),
-    (
-        "values.yaml",
-        "global:
-  region: eu
-  labels:
-    team: parent
-web:
-  dropMe: null
-  nested:
-    drop: null
-store:
-  enabled: true
-  port: 6000
-imported:
-  connection:
-    user: parent
-",
-    ),
-    (
-        "charts/web/Chart.yaml",
-        "apiVersion: v2\nname: web\nversion: 1.0.0\n",
-    ),
-    (
-        "charts/web/values.yaml",
-        "replicaCount: 1
-image:
-  repository: web
-  tag: \"1.0\"
-serviceAccount:
-  create: true
-dropMe: here
-nested:
-  keep: 1
-  drop: 2
-global:
-  region: us
-  labels:
-    team: web
-    tier: front
-  webOnly: w
-",
-    ),
-    (
-        "charts/web/values.schema.json",
-        r#"{
-  "type": "object",
-  "required": ["replicaCount", "image", "serviceAccount", "global"],
-  "properties": {
-    "replicaCount": {"type": "integer"},
-    "image": {"type": "object", "required": ["repository"]},
-    "global": {"type": "object", "required": ["region"]}
-  }
-}"#,
-    ),
-    (
-        "charts/db/Chart.yaml",
-        "apiVersion: v2\nname: db\nversion: 1.0.0\n",
-    ),
-    (
-        "charts/db/values.yaml",
-        "enabled: false
-port: 5432
-connection:
-  host: db
-  user: db
-exports:
-  settings:
-    maxConnections: 10
-",
-    ),
-];
+use support::charts::{PARENT_OF_TWO, with_values_templates};
 
 /// Writes `files` into `dir`, with the values template in every chart.
 fn write_chart(dir: &Path, files: &[(&str, &str)]) {
-    for (path, content) in files {
+    for (path, content) in with_values_templates(files) {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, content).unwrap();
-        if path.ends_with("Chart.yaml") {
-            let templates = path.with_file_name("templates");
-            std::fs::create_dir_all(&templates).unwrap();
-            std::fs::write(templates.join("values.yaml"), VALUES_TEMPLATE).unwrap();
-        }
     }
 }
 
@@ -217,7 +107,7 @@ fn assert_same_as_helm(chart: &Path, package: &Package, cases: &[Value]) {
 
 #[test]
 fn every_charts_values_are_what_helm_gives_its_templates() {
-    let (_dir, chart, package) = written_chart("parent", FILES);
+    let (_dir, chart, package) = written_chart("parent", PARENT_OF_TWO);
     let cases = [
         json!({}),
         json!({
@@ -233,7 +123,7 @@ fn every_charts_values_are_what_helm_gives_its_templates() {
 
 #[test]
 fn what_helm_refuses_by_a_subcharts_schema_compositor_refuses_too() {
-    let (_dir, chart, package) = written_chart("parent", FILES);
+    let (_dir, chart, package) = written_chart("parent", PARENT_OF_TWO);
     let given = json!({"web": {"image": null}});
     let output = helm_template(&chart, &given);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -1,6 +1,9 @@
-//! Real published charts of the shapes that used to fail, packaged into `testdata/published`
-//! (see its SOURCES.md), each beside an administrator's `helm install` of the same package:
+//! Charts of the shapes that used to fail, each beside an administrator's `helm install` of the
+//! same package: one written here, and real published ones packaged into `testdata/published`
+//! (see its SOURCES.md):
 //!
+//! - a parent whose subcharts' schemas require their own defaults, with an alias, a condition,
+//!   a `global` and `import-values`: its templates get what Helm gives them;
 //! - prometheus 29.27.0, whose subcharts' schemas require values only the subcharts' own
 //!   values.yaml give (alertmanager requires `replicaCount`, `image`, `serviceAccount`, …): a
 //!   composition with no values at all installs, as Helm does;
@@ -13,11 +16,13 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 use compositor::api::{CompositionDefinition, find_condition};
+use support::charts::{PARENT_OF_TWO, with_values_templates};
 use support::definitions::{Fixture, helm_has, publish, run_controller, wait_gone, wait_status};
 
 /// A chart of `testdata/published`.
@@ -42,23 +47,28 @@ async fn admin_install(client: &kube::Client, chart: &std::path::Path, release: 
     namespace
 }
 
-#[tokio::test]
-async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
-    let chart = published("prometheus-29.27.0.tgz");
-    let fixture = Fixture::new("pub-prom").await;
-    let baseline = support::unique("prom-admin");
-    let baseline_namespace = admin_install(&fixture.client, &chart, &baseline).await;
+/// A composition Ready, with the controller that made it.
+struct Installed {
+    name: String,
+    namespace: String,
+    compositions: Api<DynamicObject>,
+    _controller: (support::Process, tempfile::TempDir),
+}
 
-    let definition = fixture
-        .define("prometheus", &publish(&chart), json!({}))
-        .await;
+/// Runs the definition's controller, creates a composition with no values in a new namespace
+/// and waits until it is Ready.
+async fn ready_with_no_values(
+    fixture: &Fixture,
+    definition: CompositionDefinition,
+    prefix: &str,
+) -> Installed {
     let status = definition.status.unwrap();
     let crd = status.crd.expect("the API is served");
     let version = &status.versions[0];
-    let (controller, _cache) = run_controller(&fixture, &version.controller).await;
-    let team = support::namespace(&fixture.client, "pub-prom-team").await;
+    let (controller, cache) = run_controller(fixture, &version.controller).await;
+    let team = support::namespace(&fixture.client, prefix).await;
     let compositions = fixture.compositions(&crd.kind, &crd.plural, &version.version, &team);
-    let name = support::unique("metrics");
+    let name = support::unique(prefix);
     let composition: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
         "metadata": {"name": name}, "spec": {},
@@ -77,6 +87,60 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
     )
     .await;
     assert_eq!(ready["clusters"][0]["revision"], 1, "{ready}");
+    Installed {
+        name,
+        namespace: team,
+        compositions,
+        _controller: (controller, cache),
+    }
+}
+
+#[tokio::test]
+async fn a_parent_whose_subcharts_require_their_own_defaults_installs_like_helm() {
+    let files = with_values_templates(PARENT_OF_TWO);
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    let url = support::publish_chart("parent", &files);
+    let package = PathBuf::from(support::env("TESTBED_DIR")).join("repo/parent-1.0.0.tgz");
+    let fixture = Fixture::new("pub-parent").await;
+    let baseline = support::unique("parent-admin");
+    let baseline_namespace = admin_install(&fixture.client, &package, &baseline).await;
+
+    let definition = fixture.define("parent", &url, json!({})).await;
+    let installed = ready_with_no_values(&fixture, definition, "parent").await;
+    let (name, team) = (&installed.name, &installed.namespace);
+    let values = |namespace: &str| {
+        let config_maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), namespace);
+        async move {
+            let mut values = Vec::new();
+            for chart in ["parent", "web", "store"] {
+                let map = config_maps.get(&format!("values-{chart}")).await.unwrap();
+                values.push(map.data.unwrap_or_default());
+            }
+            values
+        }
+    };
+    let ours = values(team).await;
+    assert_eq!(ours, values(&baseline_namespace).await);
+    let web = &ours[1]["values.yaml"];
+    assert!(
+        web.contains("replicaCount: 1") && web.contains("region: eu"),
+        "{web}"
+    );
+    wait_gone(&installed.compositions, name).await;
+}
+
+#[tokio::test]
+async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
+    let chart = published("prometheus-29.27.0.tgz");
+    let fixture = Fixture::new("pub-prom").await;
+    let baseline = support::unique("prom-admin");
+    let baseline_namespace = admin_install(&fixture.client, &chart, &baseline).await;
+
+    let definition = fixture
+        .define("prometheus", &publish(&chart), json!({}))
+        .await;
+    let installed = ready_with_no_values(&fixture, definition, "metrics").await;
+    let (name, team) = (installed.name.as_str(), installed.namespace.as_str());
 
     // What Helm gave the baseline, the composition's release was given too: the subcharts'
     // own defaults, which their schemas require.
@@ -90,7 +154,7 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
         );
         serde_json::from_str(&values).unwrap()
     };
-    let ours = computed(&name, &team);
+    let ours = computed(name, team);
     let theirs = computed(&baseline, &baseline_namespace);
     for subchart in [
         "alertmanager",
@@ -100,7 +164,7 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
         assert_eq!(ours[subchart], theirs[subchart], "{subchart}");
     }
     assert_eq!(ours["alertmanager"]["replicaCount"], 1);
-    let manifest = helm.ok(&["get", "manifest", &name, "-n", &team], None);
+    let manifest = helm.ok(&["get", "manifest", name, "-n", team], None);
     let kinds = manifest.matches("\nkind: ").count();
     let baseline_manifest = helm.ok(
         &["get", "manifest", &baseline, "-n", &baseline_namespace],
@@ -112,8 +176,8 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
         "the alertmanager subchart is installed"
     );
 
-    wait_gone(&compositions, &name).await;
-    assert!(!helm_has(&name, &team), "the release is uninstalled");
+    wait_gone(&installed.compositions, name).await;
+    assert!(!helm_has(name, team), "the release is uninstalled");
     helm.ok(&["uninstall", &baseline, "-n", &baseline_namespace], None);
 }
 

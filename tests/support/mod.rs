@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod charts;
 pub mod definitions;
 pub mod installed;
 
