@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 
 use compositor::api::{CompositionDefinition, find_condition};
 use support::charts::{PARENT_OF_TWO, with_values_templates};
-use support::definitions::{Fixture, helm_has, publish, run_controller, wait_gone, wait_status};
+use support::definitions::{Fixture, helm_has, publish, wait_gone};
 
 /// A chart of `testdata/published`.
 fn published(file: &str) -> PathBuf {
@@ -47,54 +47,6 @@ async fn admin_install(client: &kube::Client, chart: &std::path::Path, release: 
     namespace
 }
 
-/// A composition Ready, with the controller that made it.
-struct Installed {
-    name: String,
-    namespace: String,
-    compositions: Api<DynamicObject>,
-    _controller: (support::Process, tempfile::TempDir),
-}
-
-/// Runs the definition's controller, creates a composition with no values in a new namespace
-/// and waits until it is Ready.
-async fn ready_with_no_values(
-    fixture: &Fixture,
-    definition: CompositionDefinition,
-    prefix: &str,
-) -> Installed {
-    let status = definition.status.unwrap();
-    let crd = status.crd.expect("the API is served");
-    let version = &status.versions[0];
-    let (controller, cache) = run_controller(fixture, &version.controller).await;
-    let team = support::namespace(&fixture.client, prefix).await;
-    let compositions = fixture.compositions(&crd.kind, &crd.plural, &version.version, &team);
-    let name = support::unique(prefix);
-    let composition: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
-        "metadata": {"name": name}, "spec": {},
-    }))
-    .unwrap();
-    compositions
-        .create(&PostParams::default(), &composition)
-        .await
-        .expect("a composition with no values");
-    let ready = wait_status(
-        &compositions,
-        &name,
-        "Ready",
-        |s| s["phase"] == "Ready",
-        &controller,
-    )
-    .await;
-    assert_eq!(ready["clusters"][0]["revision"], 1, "{ready}");
-    Installed {
-        name,
-        namespace: team,
-        compositions,
-        _controller: (controller, cache),
-    }
-}
-
 #[tokio::test]
 async fn a_parent_whose_subcharts_require_their_own_defaults_installs_like_helm() {
     let files = with_values_templates(PARENT_OF_TWO);
@@ -106,7 +58,7 @@ async fn a_parent_whose_subcharts_require_their_own_defaults_installs_like_helm(
     let baseline_namespace = admin_install(&fixture.client, &package, &baseline).await;
 
     let definition = fixture.define("parent", &url, json!({})).await;
-    let installed = ready_with_no_values(&fixture, definition, "parent").await;
+    let installed = fixture.ready_with_no_values(definition, "parent").await;
     let (name, team) = (&installed.name, &installed.namespace);
     let values = |namespace: &str| {
         let config_maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), namespace);
@@ -139,7 +91,7 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
     let definition = fixture
         .define("prometheus", &publish(&chart), json!({}))
         .await;
-    let installed = ready_with_no_values(&fixture, definition, "metrics").await;
+    let installed = fixture.ready_with_no_values(definition, "metrics").await;
     let (name, team) = (installed.name.as_str(), installed.namespace.as_str());
 
     // What Helm gave the baseline, the composition's release was given too: the subcharts'

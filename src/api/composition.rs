@@ -102,6 +102,10 @@ pub struct ClusterStatus {
     /// What went wrong, if anything.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Objects of the release that differ from what it rendered and are left so (drift mode
+    /// `Report`), one line each: what changed and who changed it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted: Vec<String>,
     /// When `phase` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,

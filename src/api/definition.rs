@@ -46,6 +46,9 @@ pub struct CompositionDefinitionSpec {
     /// What a first install that failed for good leaves behind.
     #[serde(default)]
     pub failed_install: FailedInstall,
+    /// What happens when an object a release rendered is deleted or changed by someone else.
+    #[serde(default)]
+    pub drift: DriftSpec,
     /// What the controllers may do beyond what the chart's default render shows.
     #[serde(default, skip_serializing_if = "PermissionsSpec::is_empty")]
     pub permissions: PermissionsSpec,
@@ -178,6 +181,59 @@ pub enum FailedInstall {
     /// Keep the failed release and what it created, to look into; it is upgraded when the
     /// inputs change and uninstalled with the composition.
     Keep,
+}
+
+/// What happens when an object a composition's release rendered is deleted, or a field the
+/// release applied is changed by another field manager.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftSpec {
+    /// Correct (default), Report or Ignore.
+    #[serde(default)]
+    pub mode: DriftMode,
+    /// Fields left alone, such as the replicas an autoscaler sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<DriftIgnore>,
+}
+
+impl DriftSpec {
+    /// The JSON pointers left alone on the object `kind` `name`.
+    pub fn ignored(&self, kind: &str, name: &str) -> Vec<String> {
+        let applies = |rule: &DriftIgnore| {
+            rule.kind.as_deref().is_none_or(|k| k == kind)
+                && rule.name.as_deref().is_none_or(|n| n == name)
+        };
+        let rules = self.ignore.iter().filter(|rule| applies(rule));
+        rules.flat_map(|rule| rule.paths.iter().cloned()).collect()
+    }
+}
+
+/// What drift correction does.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftMode {
+    /// Re-apply what the release rendered (Helm's record of the deployed revision), without a
+    /// new revision.
+    #[default]
+    Correct,
+    /// Say what drifted, in the status and an event, and write nothing.
+    Report,
+    /// Neither look nor write.
+    Ignore,
+}
+
+/// Fields that drift correction leaves alone on the objects a rule selects.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftIgnore {
+    /// The objects' kind (`Deployment`); every kind when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The objects' name; every name when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// JSON pointers of the fields (`/spec/replicas`); everything below one is left alone too.
+    #[schemars(length(min = 1))]
+    pub paths: Vec<String>,
 }
 
 /// What deleting a definition does to its compositions.

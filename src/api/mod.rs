@@ -11,9 +11,9 @@ pub use composition::{
 pub use conditions::{find_condition, remove_condition, set_condition};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
-    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, FailedInstall,
-    Names, NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
-    SchemaOptions, VersionFootprint,
+    CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
+    DriftMode, DriftSpec, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
+    PermissionsSpec, Placement, ResolvedChart, SchemaOptions, VersionFootprint,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -184,7 +184,7 @@ impl Footprint {
 
     /// The cluster-wide rules that installing the chart as `releases` needs: `create` on each
     /// cluster-scoped kind (Kubernetes cannot limit `create` by name), `list` and `watch` on what
-    /// Helm waits for, everything else on those objects by name, and `escalate` and `bind` on
+    /// Helm waits for, everything else on those objects by name (watching them for drift too), and `escalate` and `bind` on
     /// the chart's own ClusterRoles by name, and `bind` on those its bindings name but it does
     /// not define. What the chart's ClusterRoles grant is not among them: whoever holds these
     /// may write those roles without holding their rules (the controller checks the rules
@@ -205,9 +205,8 @@ impl Footprint {
             let names = releases
                 .iter()
                 .flat_map(|p| names.iter().map(|n| p.fill(n)));
-            let named = HELM_VERBS
-                .iter()
-                .filter(|verb| !matches!(**verb, "create" | "list" | "watch"));
+            // `list` and `watch` by name too: drift watches watch each object by name.
+            let named = HELM_VERBS.iter().filter(|verb| **verb != "create");
             let verbs: Vec<&str> = named.copied().collect();
             let mut rule = rule(&kind.group, [kind.plural.clone()], &verbs);
             rule.resource_names = Some(names.collect::<BTreeSet<_>>().into_iter().collect());

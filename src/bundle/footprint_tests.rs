@@ -220,7 +220,7 @@ fn each_release_gets_its_own_names_and_namespaces() {
     );
 
     let cluster = serde_json::to_value(footprint.cluster_rules(&releases)).unwrap();
-    let named = json!(["get", "update", "patch", "delete"]);
+    let named = json!(["get", "list", "watch", "update", "patch", "delete"]);
     assert_eq!(
         cluster,
         json!([

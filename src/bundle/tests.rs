@@ -195,7 +195,7 @@ fn rules_are_exactly_what_helm_needs() {
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
              "resourceNames": ["acme-reader", "beta-reader"],
-             "verbs": ["get", "update", "patch", "delete"]},
+             "verbs": ["get", "list", "watch", "update", "patch", "delete"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
              "resourceNames": ["acme-reader", "beta-reader"], "verbs": ["escalate"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],

@@ -244,6 +244,8 @@ async fn uninstall_own(
         .await;
         return Ok(());
     }
+    let release = (target.namespace.as_str(), target.release.as_str());
+    context.drift.forget(&target.cluster, release);
     let existed = context
         .helm
         .uninstall(

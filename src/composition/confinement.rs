@@ -376,6 +376,7 @@ subjects:
             fingerprint: None,
             final_failure: None,
             message: String::new(),
+            drifted: Vec::new(),
             last_transition_time: None,
         }
     }

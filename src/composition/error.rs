@@ -106,6 +106,15 @@ pub enum Error {
         "spec.clusterRef.name {0:?} is not one of the clusters this definition places on ({1})"
     )]
     ClusterNotPlaced(String, String),
+    /// Drift could not be looked at: Helm's record of the release is unreadable, or no client
+    /// acts as the release identity.
+    #[error("drift of the release cannot be settled: {0}")]
+    Drift(String),
+    /// An object was corrected again and again: another writer changes it back each time.
+    #[error(
+        "{0}, corrected too often: another writer changes it back each time, so it is left as it is; stop that writer, or list the fields in the definition's spec.drift.ignore"
+    )]
+    DriftConflict(String),
     /// The finalizer helper failed.
     #[error("finalizer failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -164,6 +173,8 @@ impl Error {
             Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
             Error::Cluster(error) => error.reason(),
             Error::ClusterNotPlaced(..) => "ClusterNotPlaced",
+            Error::Drift(_) => "DriftUnsettled",
+            Error::DriftConflict(_) => "DriftConflict",
         }
     }
 
@@ -186,6 +197,7 @@ impl Error {
                 | Error::ClusterNotPlaced(..)
                 | Error::Rejected(..)
                 | Error::FailedBefore { .. }
+                | Error::DriftConflict(_)
         )
     }
 

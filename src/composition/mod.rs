@@ -16,6 +16,7 @@ mod access;
 mod attempt;
 mod cleanup;
 mod confinement;
+mod drift;
 mod error;
 mod handover;
 mod inputs;
@@ -45,8 +46,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, FINALIZER, FailedInstall, MOVE_ANNOTATION, Phase, VERSION_LABEL,
-    is_paused,
+    CompositionDefinition, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
 };
 use crate::chart::Cache;
 use crate::helm;
@@ -107,6 +107,10 @@ pub struct Context {
     gate: helm::Gate,
     /// The compositions as the controller's own claim left them, so that it is not an event.
     own_changes: watch::OwnChanges,
+    /// What the releases rendered, watched for drift.
+    drift: drift::Watches,
+    /// Corrections of each object lately, so that a fight with another writer ends.
+    drift_corrections: drift::Corrections,
 }
 
 impl Context {
@@ -162,6 +166,8 @@ impl Context {
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
             own_changes: watch::OwnChanges::default(),
+            drift: drift::Watches::new(),
+            drift_corrections: drift::Corrections::default(),
             client,
             kube_config,
             config,
@@ -406,8 +412,13 @@ async fn install(
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
     let outcomes = futures::future::join_all(targets.iter().map(|target| {
-        let failed_install = definition.spec.failed_install;
-        let inputs = (&chart.fetched, &values, withhold, &writable, failed_install);
+        let inputs = (
+            &chart.fetched,
+            &values,
+            withhold,
+            &writable,
+            &definition.spec,
+        );
         release_on(object, context, inputs, target, &shared)
     }))
     .await;
@@ -416,8 +427,9 @@ async fn install(
     for (target, outcome) in targets.iter().zip(outcomes) {
         let recorded = writer.recorded(&target.cluster);
         match outcome {
-            Ok(Outcome::UpToDate) => {
+            Ok(Outcome::UpToDate(settled)) => {
                 let entry = placement::recovered_entry(recorded);
+                let entry = drift::with_lines(entry, recorded, &settled);
                 writer.record_target(Phase::Ready, entry);
             }
             Ok(Outcome::Released(entry)) => writer.record_target(Phase::Ready, Some(*entry)),
@@ -437,21 +449,20 @@ async fn install(
 }
 
 /// What each target's release is made of: the chart, the values, whether Helm's words are
-/// withheld, the namespaces a release may write into besides its own, and what a failed first
-/// install leaves.
+/// withheld, the namespaces a release may write into besides its own, and the definition.
 type ReleaseInputs<'a> = (
     &'a crate::chart::Fetched,
     &'a serde_json::Value,
     bool,
     &'a BTreeSet<String>,
-    FailedInstall,
+    &'a crate::api::CompositionDefinitionSpec,
 );
 
 /// The release on one target, once its cluster is reached.
 async fn release_on(
     object: &DynamicObject,
     context: &Context,
-    (chart, values, withhold, writable, failed_install): ReleaseInputs<'_>,
+    (chart, values, withhold, writable, definition): ReleaseInputs<'_>,
     target: &placement::Target,
     writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
@@ -465,7 +476,7 @@ async fn release_on(
         reach: &reach,
         withhold,
         writable,
-        failed_install,
+        definition,
     };
     let outcome = release
         .reconcile(writer)
@@ -475,5 +486,9 @@ async fn release_on(
             entry,
         });
     reach.record(&context.remotes, outcome.as_ref().err().map(|f| &f.error));
+    if outcome.is_ok() && definition.drift.mode != crate::api::DriftMode::Ignore {
+        let resources = writer.lock().await.resources().to_vec();
+        drift::watch(context, &reach, target, object, &resources).await;
+    }
     outcome
 }

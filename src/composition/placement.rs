@@ -104,6 +104,7 @@ pub fn failed_entry(
         fingerprint: recorded.and_then(|c| c.fingerprint.clone()),
         final_failure: None,
         message: crate::runtime::error_message(error),
+        drifted: recorded.map(|c| c.drifted.clone()).unwrap_or_default(),
         last_transition_time: None,
     }
 }

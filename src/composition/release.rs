@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::future::{self, Either};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::attempt::{Attempt, remove_failed_install};
@@ -32,12 +32,11 @@ use super::confinement::{self, Owner, helm_target, owner_of, release_place};
 use super::placement::Target;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
-use super::{Context, Error, HelmStep, access, cleanup, fingerprint};
+use super::{Context, Error, HelmStep, access, cleanup, drift, fingerprint};
 use crate::api::{
-    ClusterStatus, CompositionChart, FailedInstall, NAMESPACE_OWNER_ANNOTATION, Phase,
-    RELEASE_OWNER_LABEL, ResourceRef,
+    ClusterStatus, CompositionChart, CompositionDefinitionSpec, FailedInstall,
+    NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL, ResourceRef,
 };
-use crate::bundle::TypeRef;
 use crate::chart::Fetched;
 use crate::helm::{self, RenderedDocument, parse_documents};
 use crate::runtime::events::EventType;
@@ -63,14 +62,15 @@ pub(super) struct Release<'a> {
     /// The namespaces a release may write into besides its own, as patterns (`{release}`,
     /// `{namespace}`): the chart's with its default values and the definition's listed ones.
     pub writable: &'a BTreeSet<String>,
-    /// What a first install that failed for good leaves.
-    pub failed_install: FailedInstall,
+    /// The definition: what a failed first install leaves, what drift correction does.
+    pub definition: &'a CompositionDefinitionSpec,
 }
 
 /// How a target's release ended, when nothing failed.
 pub(super) enum Outcome {
-    /// The recorded install is what these inputs would install: no Helm call, nothing to record.
-    UpToDate,
+    /// The recorded install is what these inputs would install: no Helm call; what drifted
+    /// was settled.
+    UpToDate(Box<drift::Settled>),
     /// Installed or upgraded: the target's new entry.
     Released(Box<ClusterStatus>),
 }
@@ -118,11 +118,9 @@ impl Release<'_> {
         // Helm's own records, read without a `helm` process.
         let live = release_record(self.reach, self.target).await?;
         self.check_owner(live.as_ref(), recorded.as_ref())?;
-        if self
-            .is_up_to_date(recorded.as_ref(), live.as_ref(), &fingerprint, &resources)
-            .await?
-        {
-            return Ok(Outcome::UpToDate);
+        if let Some(revision) = self.unchanged(recorded.as_ref(), live.as_ref(), &fingerprint) {
+            let settled = self.settle_drift(revision, &resources).await?;
+            return Ok(Outcome::UpToDate(Box::new(settled)));
         }
         let attempt = Attempt::new(fingerprint, self.object);
         if let Some(error) = recorded.as_ref().and_then(|r| attempt.failed_before(r)) {
@@ -159,29 +157,47 @@ impl Release<'_> {
         }
     }
 
-    /// The same inputs rendered, passed the RBAC check and were installed before: nothing to do
-    /// while that revision is still the deployed one and its objects are still there.
-    async fn is_up_to_date(
+    /// The deployed revision, when the same inputs rendered, passed the RBAC check and were
+    /// installed before, and that revision is still the deployed one.
+    fn unchanged(
         &self,
         recorded: Option<&ClusterStatus>,
         live: Option<&Record>,
         fingerprint: &str,
-        resources: &[ResourceRef],
-    ) -> Result<bool, Error> {
-        let Some(recorded) = recorded else {
-            return Ok(false);
-        };
-        let same_revision_deployed = live.is_some_and(|live| {
+    ) -> Option<u64> {
+        let recorded = recorded?;
+        let live = live.filter(|live| {
             live.status == helm::ReleaseStatus::Deployed
                 && i64::try_from(live.revision).ok() == recorded.revision
-        });
-        if recorded.fingerprint.as_deref() != Some(fingerprint)
-            || recorded.release != self.target.release
-            || !same_revision_deployed
-        {
-            return Ok(false);
+        })?;
+        let same = recorded.fingerprint.as_deref() == Some(fingerprint)
+            && recorded.release == self.target.release;
+        same.then_some(live.revision)
+    }
+
+    /// What drifted of the release since it was applied: the objects the drift watches
+    /// suspect, and any that are gone; settled as the definition says, with an event.
+    async fn settle_drift(
+        &self,
+        revision: u64,
+        resources: &[ResourceRef],
+    ) -> Result<drift::Settled, Error> {
+        let composition = (
+            self.object.namespace().unwrap_or_default(),
+            self.object.name_any(),
+        );
+        let cluster = &self.target.cluster;
+        let mut suspects = self.context.drift.take(&composition, cluster);
+        let namespace = &self.target.namespace;
+        suspects.extend(drift::missing(self.reach, resources, namespace).await?);
+        let settled = drift::settle(self, revision, suspects, &self.definition.drift).await?;
+        let (context, object) = (self.context, self.object);
+        if !settled.corrected.is_empty() {
+            let note = settled.corrected.iter().map(ToString::to_string);
+            let note = format!("restored: {}", note.collect::<Vec<_>>().join("; "));
+            publish(context, object, EventType::Normal, "DriftCorrected", &note).await;
         }
-        resources_exist(self.reach, resources, &self.target.namespace).await
+        Ok(settled)
     }
 
     /// `helm upgrade --install` with the gate as its post-renderer, so that what Helm renders is
@@ -362,7 +378,7 @@ impl Release<'_> {
         let reads_cluster = self.withhold && matches!(error, Error::Render(_));
         let final_failure = error.is_final() && !reads_cluster;
         if final_failure && step == HelmStep::Install {
-            let note = match self.failed_install {
+            let note = match self.definition.failed_install {
                 FailedInstall::Keep => Some(KEPT_NOTE.to_string()),
                 FailedInstall::Uninstall => {
                     let release = &self.target.release;
@@ -405,6 +421,7 @@ impl Release<'_> {
             fingerprint,
             final_failure: None,
             message,
+            drifted: Vec::new(),
             last_transition_time: None,
         }
     }
@@ -512,48 +529,4 @@ pub(super) async fn release_record(
         }
         result => result.map_err(|e| reach.blame(Error::Kube("read release records", e))),
     }
-}
-
-/// Whether every object in `resources` exists; a namespaced one without a namespace is looked
-/// for in the release's.
-async fn resources_exist(
-    reach: &Reach,
-    resources: &[ResourceRef],
-    namespace: &str,
-) -> Result<bool, Error> {
-    let client = &reach.client;
-    for object in resources {
-        let kind = TypeRef {
-            api_version: object.api_version.clone(),
-            kind: object.kind.clone(),
-        };
-        // The cluster's kinds as discovery found them before: no discovery request per object.
-        let found = reach
-            .kinds
-            .resolve(client, &kind)
-            .await
-            .map_err(|e| Error::Kube("discover rendered kind", e))?;
-        let resource = ApiResource {
-            group: found.group,
-            version: kind.version().to_string(),
-            api_version: object.api_version.clone(),
-            kind: object.kind.clone(),
-            plural: found.plural,
-        };
-        let api: Api<DynamicObject> = if found.namespaced {
-            let namespace = object.namespace.as_deref().unwrap_or(namespace);
-            Api::namespaced_with(client.clone(), namespace, &resource)
-        } else {
-            Api::all_with(client.clone(), &resource)
-        };
-        if api
-            .get_metadata_opt(&object.name)
-            .await
-            .map_err(|e| Error::Kube("read rendered object", e))?
-            .is_none()
-        {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }

@@ -393,6 +393,7 @@ mod tests {
             fingerprint: None,
             final_failure: None,
             message: String::new(),
+            drifted: Vec::new(),
             last_transition_time: None,
         };
         let mut status = CompositionStatus::default();

@@ -45,8 +45,10 @@ pub async fn run(
         futures::future::ready(!echo)
     });
     let clusters_changed = cluster_changes(context.clusters.clone());
+    let drifted = context.drift.triggers(kind.clone());
     Controller::for_stream_with(changes, reader, kind)
         .reconcile_all_on(clusters_changed)
+        .reconcile_on(drifted)
         .trigger_backoff(crate::runtime::watch_backoff())
         // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes
         // namespaces in turn (kube's own limit would run them in the order they fell due).

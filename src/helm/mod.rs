@@ -36,7 +36,7 @@ pub use post_render::{
     relay,
 };
 pub use release::{Release, ReleaseStatus, Revision};
-pub use storage::{Record, latest_record};
+pub use storage::{Record, RecordError, latest_record, recorded_manifest};
 
 use error::shorten;
 use workspace::{Args, PLUGINS, Workspace, post_renderer_args};

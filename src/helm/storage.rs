@@ -1,7 +1,11 @@
 //! Helm's own record of a release, read from the Secrets its default storage driver keeps, so
-//! that confirming an unchanged release starts no `helm` process.
+//! that confirming an unchanged release, or re-applying what it rendered, starts no `helm`
+//! process.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+
+use base64::Engine as _;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
@@ -60,4 +64,84 @@ pub async fn latest_record(
             })
         })
         .max_by_key(|record| record.revision))
+}
+
+/// Why a release record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The request failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The record is not what Helm's storage driver writes.
+    #[error("release record {secret} is unreadable: {detail}")]
+    Unreadable {
+        /// The record's Secret.
+        secret: String,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// The manifest Helm recorded for `revision` of `release` in `namespace` (what it applied, after
+/// the post-renderer); `None` when there is no such record.
+pub async fn recorded_manifest(
+    client: &Client,
+    namespace: &str,
+    release: &str,
+    revision: u64,
+) -> Result<Option<String>, RecordError> {
+    let secret = format!("sh.helm.release.v1.{release}.v{revision}");
+    let Some(record) = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(&secret)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let data = record.data.unwrap_or_default();
+    let encoded = data.get("release").map(|bytes| bytes.0.as_slice());
+    let manifest = encoded
+        .ok_or_else(|| "no release data".to_string())
+        .and_then(decode_manifest);
+    manifest
+        .map(Some)
+        .map_err(|detail| RecordError::Unreadable { secret, detail })
+}
+
+/// The `manifest` of a release as Helm's Secret driver stores it: base64 of gzipped JSON.
+fn decode_manifest(encoded: &[u8]) -> Result<String, String> {
+    let gzipped = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("not base64: {e}"))?;
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut json)
+        .map_err(|e| format!("not gzip: {e}"))?;
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        manifest: String,
+    }
+    let stored: Stored = serde_json::from_slice(&json).map_err(|e| format!("not JSON: {e}"))?;
+    Ok(stored.manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_stored_release_gives_its_manifest() {
+        let json = serde_json::json!({"name": "acme", "manifest": "---\nkind: ConfigMap\n"});
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(json.to_string().as_bytes()).unwrap();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(gzip.finish().unwrap());
+        let manifest = decode_manifest(encoded.as_bytes()).unwrap();
+        assert_eq!(manifest, "---\nkind: ConfigMap\n");
+        assert!(
+            decode_manifest(b"not base64!")
+                .unwrap_err()
+                .contains("base64")
+        );
+    }
 }

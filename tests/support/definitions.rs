@@ -100,6 +100,62 @@ impl Fixture {
     }
 }
 
+/// A composition Ready, with the controller that made it.
+pub struct Installed {
+    /// The composition's name, which is its release's.
+    pub name: String,
+    /// Its namespace, which is its release's.
+    pub namespace: String,
+    /// Its kind's API there.
+    pub compositions: Api<DynamicObject>,
+    /// The controller.
+    pub controller: super::Process,
+    _cache: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// Runs the definition's controller, creates a composition with no values in a new namespace
+    /// and waits until it is Ready.
+    pub async fn ready_with_no_values(
+        &self,
+        definition: CompositionDefinition,
+        prefix: &str,
+    ) -> Installed {
+        let status = definition.status.unwrap();
+        let crd = status.crd.expect("the API is served");
+        let version = &status.versions[0];
+        let (controller, cache) = run_controller(self, &version.controller).await;
+        let team = super::namespace(&self.client, prefix).await;
+        let compositions = self.compositions(&crd.kind, &crd.plural, &version.version, &team);
+        let name = super::unique(prefix);
+        let composition: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
+            "metadata": {"name": name}, "spec": {},
+        }))
+        .unwrap();
+        compositions
+            .create(&PostParams::default(), &composition)
+            .await
+            .expect("a composition with no values");
+        let ready = wait_status(
+            &compositions,
+            &name,
+            "Ready",
+            |s| s["phase"] == "Ready",
+            &controller,
+        )
+        .await;
+        assert_eq!(ready["clusters"][0]["revision"], 1, "{ready}");
+        Installed {
+            name,
+            namespace: team,
+            compositions,
+            controller,
+            _cache: cache,
+        }
+    }
+}
+
 /// A namespaced CRD that takes any object: all the test bed needs of other projects' kinds.
 pub fn any_object_crd(group: &str, version: &str, kind: &str) -> CustomResourceDefinition {
     let plural = format!("{}s", kind.to_lowercase());

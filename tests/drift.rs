@@ -1,0 +1,267 @@
+//! Drift: objects a composition's release rendered stay as rendered. A deleted or edited object
+//! is restored from Helm's record of the release, found by the controller's watches, without a
+//! new revision; the event names what changed and who changed it; ignored fields are left
+//! alone; `Report` writes nothing; a fight with another writer ends in `DriftConflict`.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use support::definitions::{Fixture, Installed, reason_of};
+
+/// A ConfigMap, a Deployment and a ClusterRole per release.
+fn chart(name: &str) -> String {
+    let chart_yaml = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    support::publish_chart(
+        name,
+        &[
+            ("Chart.yaml", &chart_yaml),
+            (
+                "templates/objects.yaml",
+                r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: '{{ .Release.Name }}-config', labels: {tier: web}}
+data: {greeting: hello}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: '{{ .Release.Name }}-web'}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: '{{ .Release.Name }}'}}
+  template:
+    metadata: {labels: {app: '{{ .Release.Name }}'}}
+    spec: {containers: [{name: web, image: registry.invalid/web:1}]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: '{{ .Release.Name }}-drift-reader'}
+rules: [{apiGroups: [''], resources: [configmaps], verbs: [get]}]
+"#,
+            ),
+        ],
+    )
+}
+
+/// A composition Ready on the test bed, with its controller.
+struct Running {
+    fixture: Fixture,
+    app: Installed,
+}
+
+impl Running {
+    /// Defines the chart with `drift` as the definition's `spec.drift` and creates one
+    /// composition; waits until it is Ready.
+    async fn start(prefix: &str, drift: Value) -> Running {
+        let fixture = Fixture::new(prefix).await;
+        let url = chart(&support::unique("drifty"));
+        let definition = fixture
+            .define("drifty", &url, json!({"drift": drift}))
+            .await;
+        let app = fixture.ready_with_no_values(definition, prefix).await;
+        Running { fixture, app }
+    }
+
+    fn config_maps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.fixture.client.clone(), &self.app.namespace)
+    }
+
+    fn config_map(&self) -> String {
+        format!("{}-config", self.app.name)
+    }
+
+    /// Changes the ConfigMap's greeting as field manager `intruder`.
+    async fn intrude(&self, greeting: &str) {
+        let params = PatchParams {
+            field_manager: Some("intruder".into()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Merge(json!({"data": {"greeting": greeting}}));
+        self.config_maps()
+            .patch(&self.config_map(), &params, &patch)
+            .await
+            .unwrap();
+    }
+
+    async fn greeting(&self) -> Option<String> {
+        let map = self
+            .config_maps()
+            .get_opt(&self.config_map())
+            .await
+            .unwrap()?;
+        map.data.unwrap_or_default().get("greeting").cloned()
+    }
+
+    /// Waits until `check` holds, or panics with the controller's log.
+    async fn until<F, Fut>(&self, what: &str, check: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let log = || self.app.controller.output();
+        support::installed::wait_for(what, log, check).await;
+    }
+
+    /// The notes of this composition's events with `reason`.
+    async fn events(&self, reason: &str) -> Vec<String> {
+        let events = Api::<Event>::namespaced(self.fixture.client.clone(), &self.app.namespace);
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        listed
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| e.involved_object.name.as_deref() == Some(self.app.name.as_str()))
+            .filter_map(|e| e.message)
+            .collect()
+    }
+
+    async fn status(&self) -> Value {
+        let object = self.app.compositions.get(&self.app.name).await.unwrap();
+        object.data["status"].clone()
+    }
+
+    /// Helm upgrades the controller ran so far.
+    async fn upgrades(&self) -> f64 {
+        let series = "compositor_helm_calls_total{verb=\"upgrade\",outcome=\"Success\"}";
+        self.app.controller.metric(series).await
+    }
+}
+
+#[tokio::test]
+async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
+    let ignore = json!({"ignore": [{"kind": "Deployment", "paths": ["/spec/replicas"]}]});
+    let app = Running::start("drift-fix", ignore).await;
+    let upgrades = app.upgrades().await;
+
+    app.config_maps()
+        .delete(&app.config_map(), &DeleteParams::default())
+        .await
+        .unwrap();
+    app.until("the deleted ConfigMap restored", || async {
+        app.greeting().await.as_deref() == Some("hello")
+    })
+    .await;
+
+    app.intrude("bonjour").await;
+    app.until("the edited greeting restored", || async {
+        app.greeting().await.as_deref() == Some("hello")
+    })
+    .await;
+    app.until("an event naming the field and its writer", || async {
+        app.events("DriftCorrected").await.iter().any(|note| {
+            note.contains(&format!(
+                "ConfigMap {}/{}",
+                app.app.namespace,
+                app.config_map()
+            )) && note.contains("/data/greeting")
+                && note.contains("intruder")
+        })
+    })
+    .await;
+
+    let roles = Api::<ClusterRole>::all(app.fixture.client.clone());
+    let role = format!("{}-drift-reader", app.app.name);
+    roles.delete(&role, &DeleteParams::default()).await.unwrap();
+    app.until("the cluster-scoped role restored", || async {
+        roles.get_opt(&role).await.unwrap().is_some()
+    })
+    .await;
+
+    // An autoscaler's replicas are left alone, as the definition says.
+    let deployments = Api::<Deployment>::namespaced(app.fixture.client.clone(), &app.app.namespace);
+    let web = format!("{}-web", app.app.name);
+    let scale = PatchParams {
+        field_manager: Some("autoscaler".into()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch(
+            &web,
+            &scale,
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    // A drift after it is settled after it: by then the scale was looked at.
+    app.intrude("hola").await;
+    app.until("the greeting restored again", || async {
+        app.greeting().await.as_deref() == Some("hello")
+    })
+    .await;
+    let replicas = deployments.get(&web).await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(5), "the ignored field is left alone");
+
+    let status = app.status().await;
+    assert_eq!(
+        status["clusters"][0]["revision"], 1,
+        "no new revision: {status}"
+    );
+    assert_eq!(app.upgrades().await, upgrades, "no Helm run");
+    let history = support::Helm::new().ok(
+        &[
+            "history",
+            &app.app.name,
+            "-n",
+            &app.app.namespace,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let history: Vec<Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.len(), 1, "Helm's record is untouched: {history:?}");
+}
+
+#[tokio::test]
+async fn report_mode_says_what_drifted_and_writes_nothing() {
+    let app = Running::start("drift-report", json!({"mode": "Report"})).await;
+    app.intrude("bonjour").await;
+    app.until("the drift in the status", || async {
+        let status = app.status().await;
+        let lines = status["clusters"][0]["drifted"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        lines.iter().any(|line| {
+            let line = line.as_str().unwrap_or_default();
+            line.contains("/data/greeting") && line.contains("intruder")
+        })
+    })
+    .await;
+    assert_eq!(
+        app.greeting().await.as_deref(),
+        Some("bonjour"),
+        "nothing written"
+    );
+    assert!(app.events("DriftCorrected").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_fight_with_another_writer_ends_in_drift_conflict() {
+    let app = Running::start("drift-fight", json!({})).await;
+    for round in 0..3 {
+        app.intrude(&format!("round-{round}")).await;
+        app.until("the greeting restored", || async {
+            app.greeting().await.as_deref() == Some("hello")
+        })
+        .await;
+    }
+    app.intrude("mine").await;
+    app.until("a DriftConflict naming the other writer", || async {
+        let ready = reason_of(&app.status().await, "Ready");
+        ready.starts_with("DriftConflict") && ready.contains("intruder")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        app.greeting().await.as_deref(),
+        Some("mine"),
+        "left as it is"
+    );
+}
