@@ -10,10 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use support::definitions::{Fixture, Installed, reason_of};
+use support::definitions::{Fixture, Installed, reason_of, run_controller_with, wait_status};
 
 /// A ConfigMap, a Deployment and a ClusterRole per release.
 fn chart(name: &str) -> String {
@@ -165,6 +165,12 @@ async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
     })
     .await;
 
+    app.until("the status saying it too", || async {
+        let drifted = app.status().await["clusters"][0]["drifted"].to_string();
+        drifted.contains("/data/greeting by intruder; restored")
+    })
+    .await;
+
     let roles = Api::<ClusterRole>::all(app.fixture.client.clone());
     let role = format!("{}-drift-reader", app.app.name);
     roles.delete(&role, &DeleteParams::default()).await.unwrap();
@@ -173,9 +179,18 @@ async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
     })
     .await;
 
-    // An autoscaler's replicas are left alone, as the definition says.
     let deployments = Api::<Deployment>::namespaced(app.fixture.client.clone(), &app.app.namespace);
     let web = format!("{}-web", app.app.name);
+    deployments
+        .delete(&web, &DeleteParams::default())
+        .await
+        .unwrap();
+    app.until("the deleted Deployment restored", || async {
+        deployments.get_opt(&web).await.unwrap().is_some()
+    })
+    .await;
+
+    // An autoscaler's replicas are left alone, as the definition says.
     let scale = PatchParams {
         field_manager: Some("autoscaler".into()),
         ..PatchParams::default()
@@ -264,4 +279,64 @@ async fn a_fight_with_another_writer_ends_in_drift_conflict() {
         Some("mine"),
         "left as it is"
     );
+}
+
+/// Fifty compositions idle through three resyncs: their drift watches tell nothing, and the
+/// controller writes nothing and runs no Helm.
+#[tokio::test]
+async fn idle_compositions_make_no_writes_and_no_helm_calls() {
+    let fixture = Fixture::new("drift-idle").await;
+    let url = chart(&support::unique("drifty"));
+    let definition = fixture.define("drifty", &url, json!({})).await;
+    let status = definition.status.unwrap();
+    let (crd, version) = (status.crd.unwrap(), &status.versions[0]);
+    let resync = ["--resync-seconds", "20"];
+    let (controller, _cache) = run_controller_with(&fixture, &version.controller, &resync).await;
+    let namespace = support::namespace(&fixture.client, "drift-idle").await;
+    let compositions = fixture.compositions(&crd.kind, &crd.plural, &version.version, &namespace);
+    let api_version = format!("{}/{}", crd.group, version.version);
+    // ClusterRoles are named after the releases: names of this run's own.
+    let prefix = support::unique("idle");
+    let names: Vec<String> = (0..50).map(|i| format!("{prefix}-{i}")).collect();
+    for name in &names {
+        let composition: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": api_version, "kind": crd.kind, "metadata": {"name": name}, "spec": {},
+        }))
+        .unwrap();
+        compositions
+            .create(&PostParams::default(), &composition)
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        wait_status(
+            &compositions,
+            name,
+            "Ready",
+            |s| s["phase"] == "Ready",
+            &controller,
+        )
+        .await;
+    }
+    // What follows an install settles first (the Deployments' revision annotations).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let writes = || async {
+        let mut writes = 0.0;
+        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+            let prefix =
+                format!("compositor_api_requests_total{{cluster=\"local\",verb=\"{verb}\"");
+            writes += controller.metric_sum(&prefix).await;
+        }
+        writes
+    };
+    let helm_calls = || controller.metric_total("compositor_helm_calls_total");
+    let (writes_before, helm_before) = (writes().await, helm_calls().await);
+    let reconciles = controller.metric_total("compositor_reconciles_total").await;
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(
+        controller.metric_total("compositor_reconciles_total").await >= reconciles + 100.0,
+        "the resyncs ran"
+    );
+    assert_eq!(writes().await, writes_before, "no writes while idle");
+    assert_eq!(helm_calls().await, helm_before, "no Helm while idle");
 }

@@ -102,8 +102,9 @@ pub struct ClusterStatus {
     /// What went wrong, if anything.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// Objects of the release that differ from what it rendered and are left so (drift mode
-    /// `Report`), one line each: what changed and who changed it.
+    /// Objects of the release found to differ from what it rendered, one line each: what
+    /// changed, who changed it, and `; restored` when it was put back; a line goes when its
+    /// object is next found as rendered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drifted: Vec<String>,
     /// When `phase` last changed.

@@ -269,9 +269,19 @@ pub async fn create_ready(
     wait_status(api, name, "Ready", |s| s["phase"] == "Ready", controller).await;
 }
 
+/// Runs controller `name` as its Deployment would, with its chart cache in a new directory.
 pub async fn run_controller(fixture: &Fixture, name: &str) -> (super::Process, tempfile::TempDir) {
+    run_controller_with(fixture, name, &[]).await
+}
+
+/// As [`run_controller`], with `extra` arguments.
+pub async fn run_controller_with(
+    fixture: &Fixture,
+    name: &str,
+    extra: &[&str],
+) -> (super::Process, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
-    let args = [
+    let mut args = vec![
         "--log-format",
         "json",
         "--metrics-address",
@@ -279,6 +289,7 @@ pub async fn run_controller(fixture: &Fixture, name: &str) -> (super::Process, t
         "--cache-dir",
         cache.path().to_str().unwrap(),
     ];
+    args.extend_from_slice(extra);
     let process = super::run_deployment(&fixture.client, &fixture.namespace, name, &args).await;
     (process, cache)
 }

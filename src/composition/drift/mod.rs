@@ -78,19 +78,31 @@ pub(super) struct Settled {
 }
 
 impl Settled {
-    /// The drift lines of a target after this look, which had `before`: those of objects not
-    /// looked at stay, the others are what was found now.
+    /// The drift lines of a target after this look, which had `before`: one per object, the
+    /// latest found. A line of drift left as it is goes once its object is found as rendered;
+    /// one of drift restored (`; restored`) stays until its object drifts again.
     pub fn drifted(&self, before: &[String]) -> Vec<String> {
-        let looked_at = |line: &String| {
-            self.checked
+        let found: BTreeSet<&String> = (self.reported.iter().chain(&self.corrected))
+            .map(|finding| &finding.object)
+            .collect();
+        let of = |objects: &BTreeSet<&String>, line: &String| {
+            objects
                 .iter()
                 .any(|object| line.starts_with(&format!("{object} ")))
         };
-        let kept = before.iter().filter(|line| !looked_at(line)).cloned();
-        let found = self.reported.iter().map(ToString::to_string);
-        kept.chain(found).collect()
+        let checked: BTreeSet<&String> = self.checked.iter().collect();
+        let kept = before.iter().filter(|line| {
+            let restored = line.ends_with(RESTORED);
+            !of(&found, line) && (restored || !of(&checked, line))
+        });
+        let reported = self.reported.iter().map(ToString::to_string);
+        let corrected = self.corrected.iter().map(|f| format!("{f}{RESTORED}"));
+        kept.cloned().chain(reported).chain(corrected).collect()
     }
 }
+
+/// Ends the drift line of an object put back.
+const RESTORED: &str = "; restored";
 
 /// Corrections per object (composition UID and object), within [`CONFLICT_WINDOW`].
 #[derive(Default)]
@@ -388,4 +400,52 @@ fn applier(release: &Release<'_>) -> Result<Client, Error> {
     config.auth_info.impersonate = Some(context.release_identity(&release.target.namespace));
     crate::runtime::client(config, context.metrics.clone())
         .map_err(|e| Error::Drift(format!("a client as the release identity: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(object: &str, path: &str) -> Finding {
+        Finding {
+            object: object.into(),
+            paths: vec![path.into()],
+            managers: ["intruder".to_string()].into(),
+        }
+    }
+
+    #[test]
+    fn one_line_per_object_and_restored_ones_stay_until_it_drifts_again() {
+        let corrected = Settled {
+            checked: ["ConfigMap t/a".to_string()].into(),
+            corrected: vec![finding("ConfigMap t/a", "/data/k")],
+            reported: Vec::new(),
+        };
+        let lines = corrected.drifted(&[]);
+        assert_eq!(
+            lines,
+            ["ConfigMap t/a changed at /data/k by intruder; restored"]
+        );
+
+        let clean = Settled {
+            checked: ["ConfigMap t/a".to_string(), "Service t/b".to_string()].into(),
+            ..Settled::default()
+        };
+        let before = [lines[0].clone(), "Service t/b deleted".to_string()];
+        assert_eq!(
+            clean.drifted(&before),
+            [lines[0].clone()],
+            "found as rendered"
+        );
+
+        let reported = Settled {
+            checked: ["ConfigMap t/a".to_string()].into(),
+            reported: vec![finding("ConfigMap t/a", "/data/j")],
+            corrected: Vec::new(),
+        };
+        assert_eq!(
+            reported.drifted(&lines),
+            ["ConfigMap t/a changed at /data/j by intruder"]
+        );
+    }
 }

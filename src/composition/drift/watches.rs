@@ -50,9 +50,15 @@ struct WatchKey {
 /// The drift watches of one controller, and what they found.
 pub(in crate::composition) struct Watches {
     shared: Arc<Shared>,
-    running: Mutex<HashMap<WatchKey, tokio::task::AbortHandle>>,
+    running: Mutex<HashMap<WatchKey, Running>>,
     /// The compositions to reconcile, until the controller takes them.
     triggered: Mutex<Option<mpsc::UnboundedReceiver<CompositionKey>>>,
+}
+
+/// A running watch and the releases it serves: it stops when the last one is forgotten.
+struct Running {
+    task: tokio::task::AbortHandle,
+    releases: HashSet<ReleaseKey>,
 }
 
 /// What the watch tasks share with the reconciles.
@@ -114,20 +120,22 @@ impl Watches {
             namespace.to_string(),
             release.to_string(),
         );
-        lock(&self.shared.releases).insert(key, composition);
-        let listed = self.start(cluster, client, objects);
+        lock(&self.shared.releases).insert(key.clone(), composition);
+        let listed = self.start(&key, client, objects);
         let _ = tokio::time::timeout(WATCH_START, futures::future::join_all(listed)).await;
     }
 
-    /// Starts the watches `objects` need that do not run yet; each tells when it has listed.
+    /// Starts the watches that the objects of `release` need and that do not run yet; each
+    /// tells when it has listed.
     fn start(
         &self,
-        cluster: &str,
+        release: &ReleaseKey,
         client: &Client,
         objects: Vec<(ResourceRef, ApiResource, Option<String>)>,
     ) -> Vec<oneshot::Receiver<()>> {
         let mut listed = Vec::new();
         let mut running = lock(&self.running);
+        let cluster = &release.0;
         for (object, resource, namespace) in objects {
             let key = WatchKey {
                 cluster: cluster.to_string(),
@@ -137,19 +145,23 @@ impl Watches {
                 name: namespace.is_none().then(|| object.name.clone()),
                 namespace,
             };
-            if running.get(&key).is_some_and(|task| !task.is_finished()) {
+            if let Some(watch) = running.get_mut(&key).filter(|w| !w.task.is_finished()) {
+                watch.releases.insert(release.clone());
                 continue;
             }
             let (ready, started) = oneshot::channel();
             listed.push(started);
             let shared = self.shared.clone();
             let task = tokio::spawn(run(shared, client.clone(), resource, key.clone(), ready));
-            running.insert(key, task.abort_handle());
+            let releases = HashSet::from([release.clone()]);
+            let task = task.abort_handle();
+            running.insert(key, Running { task, releases });
         }
         listed
     }
 
-    /// Forgets the release `(namespace, release)` on `cluster` (uninstalled).
+    /// Forgets the release `(namespace, release)` on `cluster` (uninstalled), and stops the
+    /// watches no other release needs.
     pub(in crate::composition) fn forget(&self, cluster: &str, (namespace, release): (&str, &str)) {
         let key = (
             cluster.to_string(),
@@ -157,6 +169,13 @@ impl Watches {
             release.to_string(),
         );
         lock(&self.shared.releases).remove(&key);
+        lock(&self.running).retain(|_, watch| {
+            watch.releases.remove(&key);
+            if watch.releases.is_empty() {
+                watch.task.abort();
+            }
+            !watch.releases.is_empty()
+        });
     }
 
     /// The suspects of `composition` on `cluster`, which the caller now looks at.
@@ -172,8 +191,8 @@ impl Watches {
 
 impl Drop for Watches {
     fn drop(&mut self) {
-        for task in lock(&self.running).values() {
-            task.abort();
+        for watch in lock(&self.running).values() {
+            watch.task.abort();
         }
     }
 }

@@ -1,0 +1,239 @@
+//! How fast a deleted object of a composition's release comes back, against a plain `helm
+//! upgrade` run by hand to restore the same object of a release installed with `helm`, and how
+//! much memory the drift watches cost the controller.
+//!
+//! Runs against a fresh test bed (`make bench` starts one; see `bench_support` for what it reads):
+//!
+//! - compositor: the operator applies a definition of fireworks-app 1.1.5; its controller
+//!   Deployment is run here as a kubelet would run it, and `COUNT` compositions are created and
+//!   left to become Ready. Then the ConfigMap of one composition's release is deleted `DELETIONS`
+//!   times, each timed from the delete until the ConfigMap is back (a new UID);
+//! - baseline: one release of the same chart and values installed with `helm install`; its
+//!   ConfigMap deleted as many times, each timed from the delete until a `helm upgrade` with the
+//!   same values, run at once, has returned and the ConfigMap is back;
+//! - memory: the controller's VmRSS with the `COUNT` compositions and their drift watches, then
+//!   after the definition says `drift: {mode: Ignore}` and a new controller has reconciled them
+//!   all without watches.
+//!
+//! Figures go to stdout, progress to stderr; the exit code is non-zero when a step fails.
+
+mod bench_support;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+
+use bench_support::{
+    CHART_VERSION, CONTROLLER, Error, KIND, Memory, PLURAL, Process, Summary, TestBed, VERSION,
+    met, ms, times_until,
+};
+
+/// Compositions while the deletions are timed.
+const COUNT: usize = 50;
+/// Deletions timed, of compositor's object and of the baseline's.
+const DELETIONS: usize = 20;
+/// The definition.
+const DEFINITION: &str = "fireworksapp";
+/// How often the bench looks for the deleted object.
+const POLL: Duration = Duration::from_millis(20);
+/// How long a step may take.
+const LIMIT: Duration = Duration::from_secs(600);
+/// The median time to restore an object aimed at.
+const GOAL: Duration = Duration::from_secs(2);
+/// The most the watches may add to the controller's memory (MiB).
+const MEMORY_GOAL: f64 = 5.0;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    bench_support::main("drift-bench", run).await
+}
+
+async fn run(bed: &TestBed) -> Result<(), Error> {
+    let namespace = bed.namespace("drift").await?;
+    let group = format!("{namespace}.compositor.dev");
+    let operator = bed
+        .operator(&namespace, &bed.scratch("operator-cache"), "operator.log")
+        .await?;
+    bed.apply_definition(
+        &namespace,
+        DEFINITION,
+        json!({"group": group}),
+        CHART_VERSION,
+    )
+    .await?;
+    bench_support::wait_definition(bed, &operator, &namespace, DEFINITION).await?;
+    let gvk = GroupVersionKind::gvk(&group, VERSION, KIND);
+    let (mut controller, compositions) = bed
+        .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
+        .await?;
+    let params = PostParams::default();
+    for i in 0..COUNT {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/{VERSION}"), "kind": KIND,
+            "metadata": {"name": format!("app-{i}")}, "spec": values(i),
+        }))?;
+        compositions.create(&params, &object).await?;
+    }
+    let ready = |s: &Value| s["phase"] == "Ready";
+    times_until(
+        &compositions,
+        COUNT,
+        &mut controller,
+        Instant::now(),
+        LIMIT,
+        ready,
+    )
+    .await?;
+    eprintln!("{COUNT} compositions Ready");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let watched = controller.memory()?;
+
+    let config_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &namespace);
+    let restored = restore_times(&config_maps, "app-0-config", || async { Ok(()) }).await?;
+    controller.alive()?;
+    eprintln!("compositor: {DELETIONS} deletions restored");
+
+    let helm_namespace = bed.namespace("helm").await?;
+    let release = ["baseline".to_string()];
+    let chart = &bed.chart;
+    let value = |_: &str| values(0);
+    bed.helm_each("install", &helm_namespace, &release, chart, value)
+        .await?;
+    let helm_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &helm_namespace);
+    let upgrade = || bed.helm_each("upgrade", &helm_namespace, &release, chart, value);
+    let by_hand = restore_times(&helm_maps, "baseline-config", || async {
+        upgrade().await.map(|_| ())
+    })
+    .await?;
+    eprintln!("baseline: {DELETIONS} deletions restored by helm upgrade");
+
+    let unwatched = without_watches(bed, &namespace, &group, controller, &compositions).await?;
+    print(&restored, &by_hand, watched, unwatched);
+    Ok(())
+}
+
+/// Deletes ConfigMap `name` [`DELETIONS`] times, each time running `restore` at once and timing
+/// until the ConfigMap is back with a new UID.
+async fn restore_times<F, Fut>(
+    config_maps: &Api<ConfigMap>,
+    name: &str,
+    restore: F,
+) -> Result<Vec<Duration>, Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let mut times = Vec::new();
+    for _ in 0..DELETIONS {
+        let before = config_maps.get(name).await?.uid();
+        let start = Instant::now();
+        config_maps.delete(name, &DeleteParams::default()).await?;
+        restore().await?;
+        loop {
+            let now = config_maps.get_opt(name).await?.and_then(|m| m.uid());
+            if now.is_some() && now != before {
+                break;
+            }
+            if start.elapsed() > LIMIT {
+                return Err(format!("ConfigMap {name} not back after {LIMIT:?}").into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        times.push(start.elapsed());
+        // Each deletion starts from a quiet controller.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(times)
+}
+
+/// The memory of a new controller that has reconciled every composition with drift ignored.
+async fn without_watches(
+    bed: &TestBed,
+    namespace: &str,
+    group: &str,
+    mut controller: Process,
+    compositions: &Api<DynamicObject>,
+) -> Result<Memory, Error> {
+    controller.stop();
+    bed.apply_definition_with(
+        namespace,
+        DEFINITION,
+        json!({"group": group}),
+        CHART_VERSION,
+        json!({"drift": {"mode": "Ignore"}}),
+    )
+    .await?;
+    // The controller reads the definition at start.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gvk = GroupVersionKind::gvk(group, VERSION, KIND);
+    let (mut controller, _) = bed
+        .start_controller(namespace, CONTROLLER, &gvk, PLURAL)
+        .await?;
+    // A touch of every composition makes each reconcile once, up to date.
+    let touch = Patch::Merge(json!({"metadata": {"annotations": {"bench/touch": "1"}}}));
+    for i in 0..COUNT {
+        let name = format!("app-{i}");
+        compositions
+            .patch(&name, &PatchParams::default(), &touch)
+            .await?;
+    }
+    let reconciles = "compositor_reconciles_total";
+    let start = Instant::now();
+    loop {
+        let samples = controller.metrics(&bed.http).await?;
+        if samples.total(reconciles) >= COUNT as f64 {
+            break;
+        }
+        if start.elapsed() > LIMIT {
+            return Err(controller.failure("the compositions were not reconciled"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    controller.alive()?;
+    controller.memory()
+}
+
+fn print(restored: &[Duration], by_hand: &[Duration], watched: Memory, unwatched: Memory) {
+    let (ours, theirs) = (Summary::of(restored), Summary::of(by_hand));
+    println!(
+        "\nDrift: a deleted ConfigMap of a release, {DELETIONS} times, with {COUNT} compositions \
+         watched\n"
+    );
+    println!("| | median | max |\n|---|---|---|");
+    println!(
+        "| compositor restores it (goal: median < {}) | {} — goal {} | {} |",
+        ms(GOAL),
+        ms(ours.median),
+        met(ours.median < GOAL),
+        ms(ours.max)
+    );
+    println!(
+        "| baseline: `helm upgrade` by hand, run at once | {} | {} |",
+        ms(theirs.median),
+        ms(theirs.max)
+    );
+    println!(
+        "| compositor / baseline | {:.2} | {:.2} |",
+        ours.median.as_secs_f64() / theirs.median.as_secs_f64(),
+        ours.max.as_secs_f64() / theirs.max.as_secs_f64()
+    );
+    let added = watched.rss - unwatched.rss;
+    println!("\n| controller VmRSS, {COUNT} compositions | MiB |\n|---|---|");
+    println!("| with drift watches | {:.1} |", watched.rss);
+    println!("| without (drift mode Ignore) | {:.1} |", unwatched.rss);
+    println!(
+        "| watches add (goal ≤ {MEMORY_GOAL} MiB) | {added:.1} — goal {} |",
+        met(added <= MEMORY_GOAL)
+    );
+}
+
+/// The values of composition `i`, and of the baseline release.
+fn values(i: usize) -> Value {
+    json!({"git": {"repository": format!("app-{i}")}})
+}
