@@ -46,6 +46,7 @@ fn corpus() -> Vec<(String, Package)> {
             Package {
                 metadata,
                 values,
+                values_text: String::new(),
                 schema: Some(schema),
                 templates: Vec::new(),
                 subcharts: Vec::new(),
@@ -146,6 +147,7 @@ fn corpus_converts_to_structural_schemas_that_keep_values() {
             &package,
             &ConvertOptions {
                 apply_defaults: true,
+                ..ConvertOptions::default()
             },
         );
         for p in schema::structural_problems(&with_defaults) {
@@ -195,7 +197,10 @@ async fn corpus_crds_are_established_and_accept_values() {
                 },
                 // Chart versions in the corpus include placeholders; the name is not under test.
                 version_name: Some("v1".to_owned()),
-                convert: ConvertOptions { apply_defaults },
+                convert: ConvertOptions {
+                    apply_defaults,
+                    ..ConvertOptions::default()
+                },
                 ..Default::default()
             };
             let (crd, _) = crd::build(package, &options).expect("build");

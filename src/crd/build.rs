@@ -16,6 +16,7 @@ use super::naming::{self, NameOverrides, Names};
 use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
 use crate::api::CompositionStatus;
 use crate::chart::Package;
+use crate::schema::infer::Report;
 use crate::schema::{self, ConvertOptions, Warning};
 
 /// Choices of a CRD build.
@@ -52,15 +53,24 @@ pub const CLUSTER_REF: &str = "clusterRef";
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
 
-/// The CRD of `package` with a single version for its chart version, and the warnings of the
-/// schema conversion.
+/// What a build says of the schema besides the CRD.
+#[derive(Clone, Debug, Default)]
+pub struct SchemaNotes {
+    /// Every lossy step of the conversion.
+    pub warnings: Vec<Warning>,
+    /// How the schema was inferred from values.yaml, when it was.
+    pub inferred: Option<Report>,
+}
+
+/// The CRD of `package` with a single version for its chart version, and what the schema
+/// conversion lost or inferred.
 pub fn build(
     package: &Package,
     options: &BuildOptions,
-) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
+) -> Result<(CustomResourceDefinition, SchemaNotes), Error> {
     let names = Names::new(&package.metadata.name, &options.names)?;
-    let (version, warnings) = build_version(package, options)?;
-    Ok((assemble(&names, vec![version]), warnings))
+    let (version, notes) = build_version(package, options)?;
+    Ok((assemble(&names, vec![version]), notes))
 }
 
 /// One served and stored CRD version for `package`, to be merged into an existing CRD with
@@ -68,7 +78,7 @@ pub fn build(
 pub fn build_version(
     package: &Package,
     options: &BuildOptions,
-) -> Result<(CustomResourceDefinitionVersion, Vec<Warning>), Error> {
+) -> Result<(CustomResourceDefinitionVersion, SchemaNotes), Error> {
     let name = match &options.version_name {
         Some(n) => {
             naming::check_version_name(n)?;
@@ -76,6 +86,10 @@ pub fn build_version(
         }
         None => naming::version_name(&package.metadata.version)?,
     };
+    // An inferred schema takes the declared one's place, so everything after (conversion,
+    // validation, compatibility) treats both alike.
+    let inferred = schema::infer::when_asked(package, &options.convert);
+    let package = inferred.as_ref().map_or(package, |i| &i.package);
     let (mut spec, mut warnings) = match &package.schema {
         Some(values_schema) => schema::convert(values_schema, package, &options.convert),
         None => (
@@ -109,7 +123,11 @@ pub fn build_version(
     if let Some(w) = size::fit(&mut spec, budget, &name)? {
         warnings.push(w);
     }
-    Ok((version(&name, spec, status), warnings))
+    let notes = SchemaNotes {
+        warnings,
+        inferred: inferred.map(|i| i.report),
+    };
+    Ok((version(&name, spec, status), notes))
 }
 
 /// A served, stored version with `spec` as its values schema and `status` as the composition
@@ -300,6 +318,7 @@ mod tests {
                 dependencies: Vec::new(),
             },
             values: json!({"replicas": 3}),
+            values_text: String::new(),
             schema,
             templates: Vec::new(),
             subcharts: Vec::new(),
@@ -311,8 +330,8 @@ mod tests {
         let p = package(Some(
             json!({"type": "object", "properties": {"replicas": {"type": "integer", "description": "How many."}}}),
         ));
-        let (crd, warnings) = build(&p, &BuildOptions::default()).unwrap();
-        assert!(warnings.is_empty(), "{warnings:?}");
+        let (crd, notes) = build(&p, &BuildOptions::default()).unwrap();
+        assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
         assert_eq!(
             crd.metadata.name.as_deref(),
             Some("fireworksapps.composition.compositor.dev")
@@ -356,9 +375,8 @@ mod tests {
         assert_eq!(crd.spec.conversion.as_ref().unwrap().strategy, "None");
     }
 
-    #[test]
-    fn chart_without_schema_keeps_everything() {
-        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
+    /// The `spec` schema of the CRD.
+    fn spec_of(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
         let root = crd.spec.versions[0]
             .schema
             .as_ref()
@@ -366,8 +384,52 @@ mod tests {
             .open_api_v3_schema
             .as_ref()
             .unwrap();
-        let spec = &root.properties.as_ref().unwrap()["spec"];
-        assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
+        &root.properties.as_ref().unwrap()["spec"]
+    }
+
+    #[test]
+    fn chart_without_schema_is_inferred_unless_asked_not_to() {
+        let (crd, notes) = build(&package(None), &BuildOptions::default()).unwrap();
+        let spec = spec_of(&crd);
+        assert_eq!(spec.x_kubernetes_preserve_unknown_fields, None);
+        let replicas = &spec.properties.as_ref().unwrap()["replicas"];
+        assert_eq!(replicas.type_.as_deref(), Some("integer"));
+        let lines = notes.inferred.expect("inferred").lines();
+        assert!(lines[0].contains("no values.schema.json"), "{lines:?}");
+        let never = BuildOptions {
+            convert: ConvertOptions {
+                infer: crate::api::SchemaInference::Never,
+                ..ConvertOptions::default()
+            },
+            ..BuildOptions::default()
+        };
+        let (crd, notes) = build(&package(None), &never).unwrap();
+        assert_eq!(
+            spec_of(&crd).x_kubernetes_preserve_unknown_fields,
+            Some(true)
+        );
+        assert!(notes.inferred.is_none());
+    }
+
+    #[test]
+    fn a_declared_schema_is_set_aside_only_when_asked() {
+        let declared = package(Some(json!({"type": "object"})));
+        let (crd, notes) = build(&declared, &BuildOptions::default()).unwrap();
+        assert_eq!(
+            spec_of(&crd).x_kubernetes_preserve_unknown_fields,
+            Some(true)
+        );
+        assert!(notes.inferred.is_none());
+        let always = BuildOptions {
+            convert: ConvertOptions {
+                infer: crate::api::SchemaInference::Always,
+                ..ConvertOptions::default()
+            },
+            ..BuildOptions::default()
+        };
+        let (crd, notes) = build(&declared, &always).unwrap();
+        assert_eq!(spec_of(&crd).x_kubernetes_preserve_unknown_fields, None);
+        assert!(notes.inferred.unwrap().lines()[0].contains("set aside"));
     }
 
     #[test]
