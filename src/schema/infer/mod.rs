@@ -10,6 +10,7 @@
 //! Nodes that can refuse a value carry [`INFERRED`], which validation messages quote, so that a
 //! user refused by a guess learns it was one and how to undo it.
 
+mod agreement;
 mod comments;
 mod report;
 mod templates;
@@ -28,6 +29,7 @@ use comments::Comment;
 use report::{Root, Rule};
 use templates::References;
 
+pub use agreement::{Agreement, agreement};
 pub use report::Report;
 
 /// Marks an inferred node that can refuse a value; its text says what it was inferred from.
@@ -36,7 +38,8 @@ pub(crate) const INFERRED: &str = "x-compositor-inferred";
 /// What a user refused by an inferred rule can do about it.
 pub(crate) const HOW_TO_OPEN: &str = "set spec.schema.openKeys to keep it open";
 
-/// Kubernetes fields that take an integer or a string (`IntOrString`), by key name.
+/// Kubernetes fields that take an integer or a string (`IntOrString`), by key name. Ports are
+/// not among them: charts disagree on whether theirs may be named (probes) or not (Services).
 const INT_OR_STRING: &[&str] = &["maxSurge", "maxUnavailable", "minAvailable", "targetPort"];
 
 /// A chart with an inferred schema.
