@@ -9,7 +9,9 @@ use compositor::chart::Package;
 use compositor::crd::{self, BuildOptions, NameOverrides};
 use compositor::schema::infer::{self, Agreement, Inferred};
 use compositor::schema::{self, ConvertOptions};
-use corpus_support::{corpus, establish, missing, object_of, unkept, while_discovery_lags};
+use corpus_support::{
+    corpus, establish, missing, nested, object_of, unkept, while_discovery_lags, wrong_scalar,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -75,31 +77,6 @@ fn inferred_schemas_accept_their_values_and_agree_with_declared_ones() {
     }
     eprintln!("| all | | | {} |", row(&total));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// The path of the first scalar field of `schema` (depth first), and a value of another type.
-fn wrong_scalar(schema: &JSONSchemaProps) -> Option<(Vec<String>, Value)> {
-    let wrong = match schema.type_.as_deref()? {
-        "boolean" => Some(json!("yes")),
-        "integer" | "number" => Some(json!("many")),
-        "string" => Some(json!({"not": "a string"})),
-        _ => None,
-    };
-    if let Some(wrong) = wrong {
-        return Some((Vec::new(), wrong));
-    }
-    schema.properties.as_ref()?.iter().find_map(|(key, field)| {
-        let (mut path, wrong) = wrong_scalar(field)?;
-        path.insert(0, key.clone());
-        Some((path, wrong))
-    })
-}
-
-/// `value` nested under `path`.
-fn nested(path: &[String], value: Value) -> Value {
-    path.iter()
-        .rev()
-        .fold(value, |inner, key| json!({key: inner}))
 }
 
 /// What the API server answers to `spec` applied as kubectl applies (strict field validation).

@@ -1,6 +1,9 @@
 //! The corpus of real chart schemas (`../shared/testdata/corpus`), read for the tests that
 //! use it, and what the apiserver keeps of a value under a structural schema.
 
+// Each test file uses its own part of this module.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -191,4 +194,29 @@ where
         result = call().await;
     }
     result
+}
+
+/// The path of the first scalar field of `schema` (depth first), and a value of another type.
+pub fn wrong_scalar(schema: &JSONSchemaProps) -> Option<(Vec<String>, Value)> {
+    let wrong = match schema.type_.as_deref()? {
+        "boolean" => Some(json!("yes")),
+        "integer" | "number" => Some(json!("many")),
+        "string" => Some(json!({"not": "a string"})),
+        _ => None,
+    };
+    if let Some(wrong) = wrong {
+        return Some((Vec::new(), wrong));
+    }
+    schema.properties.as_ref()?.iter().find_map(|(key, field)| {
+        let (mut path, wrong) = wrong_scalar(field)?;
+        path.insert(0, key.clone());
+        Some((path, wrong))
+    })
+}
+
+/// `value` nested under `path`.
+pub fn nested(path: &[String], value: Value) -> Value {
+    path.iter()
+        .rev()
+        .fold(value, |inner, key| json!({key: inner}))
 }

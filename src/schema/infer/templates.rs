@@ -74,6 +74,14 @@ impl References {
     fn add_template(&mut self, prefix: &str, text: &str, file: &str, library: bool) {
         for action in ACTION.find_iter(text) {
             let action = action.as_str();
+            let inner = action
+                .trim_start_matches("{{")
+                .trim_start_matches('-')
+                .trim_start();
+            if inner.starts_with("/*") {
+                // A template comment: its text is read by people only.
+                continue;
+            }
             let float = action
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .any(|word| FLOAT_FUNCTIONS.contains(&word));
