@@ -13,12 +13,11 @@ use compositor::chart::values;
 use compositor::crd::{self, BuildOptions, NameOverrides};
 use compositor::schema::{self, infer};
 use corpus_support::{
-    establish, missing, nested, object_of, unkept, while_discovery_lags, wrong_scalar,
+    delete_crds, establish, missing, object_of, spec_of, unkept, while_discovery_lags,
+    wrong_type_refused,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
-};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// Each packaged chart of `testdata/charts/no-schema`, by file name.
@@ -53,17 +52,6 @@ fn built(package: &Package, group: &str) -> (CustomResourceDefinition, infer::Re
     };
     let (crd, notes) = crd::build(package, &options).expect("build");
     (crd, notes.inferred.expect("inferred"))
-}
-
-fn spec_of(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
-    let root = crd.spec.versions[0].schema.as_ref().unwrap();
-    &root
-        .open_api_v3_schema
-        .as_ref()
-        .unwrap()
-        .properties
-        .as_ref()
-        .unwrap()["spec"]
 }
 
 /// Paths the controller's validation refuses in `values`, with their messages.
@@ -194,23 +182,10 @@ async fn real_charts_crds_accept_their_values_and_refuse_wrong_types() {
             }
             Err(e) => failures.push(format!("{name}: values.yaml refused: {e}")),
         }
-        let Some((path, value)) = wrong_scalar(spec_of(&crd)) else {
-            failures.push(format!("{name}: no scalar field"));
-            continue;
-        };
-        let field = path.join(".");
-        let object = object_of(&crd, "values", &nested(&path, value));
-        let patch = Patch::Apply(&object);
-        match api.patch("values", &params, &patch).await {
-            Err(e) if e.to_string().contains(&format!("spec.{field}")) => {
-                eprintln!("{name}: wrong type refused: {e}")
-            }
-            other => failures.push(format!("{name}: wrong type at {field}: {other:?}")),
+        if let Some(failure) = wrong_type_refused(&api, &crd, &params).await {
+            failures.push(format!("{name}: {failure}"));
         }
     }
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in names {
-        let _ = crds.delete(&name, &DeleteParams::default()).await;
-    }
+    delete_crds(&client, &names).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -10,12 +10,13 @@ use compositor::crd::{self, BuildOptions, NameOverrides};
 use compositor::schema::infer::{self, Agreement, Inferred};
 use compositor::schema::{self, ConvertOptions};
 use corpus_support::{
-    corpus, establish, missing, nested, object_of, unkept, while_discovery_lags, wrong_scalar,
+    corpus, delete_crds, establish, missing, object_of, unkept, while_discovery_lags,
+    wrong_type_refused,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The structural `spec` of a chart's schema, as the converter makes it.
@@ -144,31 +145,11 @@ async fn inferred_crds_accept_values_and_refuse_typos_and_wrong_types() {
             }
             other => failures.push(format!("{name}: typo {typo}: {other:?}")),
         }
-        let spec = &crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap()
-            .properties
-            .as_ref()
-            .unwrap()["spec"];
-        let Some((path, wrong)) = wrong_scalar(spec) else {
-            failures.push(format!("{name}: no scalar field"));
-            continue;
-        };
-        let field = path.join(".");
-        match apply(&api, &crd, &nested(&path, wrong)).await {
-            Err(e) if e.to_string().contains(&format!("spec.{field}")) => {
-                eprintln!("{name}: wrong type refused: {e}")
-            }
-            other => failures.push(format!("{name}: wrong type at {field}: {other:?}")),
+        let params = PatchParams::apply("infer-corpus").validation_strict();
+        if let Some(failure) = wrong_type_refused(&api, &crd, &params).await {
+            failures.push(format!("{name}: {failure}"));
         }
     }
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd_name in crd_names {
-        let _ = crds.delete(&crd_name, &DeleteParams::default()).await;
-    }
+    delete_crds(&client, &crd_names).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

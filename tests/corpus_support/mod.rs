@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use kube::Client;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
@@ -219,4 +219,43 @@ pub fn nested(path: &[String], value: Value) -> Value {
     path.iter()
         .rev()
         .fold(value, |inner, key| json!({key: inner}))
+}
+
+/// The `spec` schema of `crd`'s first version.
+pub fn spec_of(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
+    let root = crd.spec.versions[0].schema.as_ref().expect("a schema");
+    let properties = root
+        .open_api_v3_schema
+        .as_ref()
+        .and_then(|s| s.properties.as_ref());
+    &properties.expect("properties")["spec"]
+}
+
+/// Applies, as `params` say, an object of `crd` whose first scalar field has a value of
+/// another type; `None` when the API server refuses it naming the field, else why not.
+pub async fn wrong_type_refused(
+    api: &Api<DynamicObject>,
+    crd: &CustomResourceDefinition,
+    params: &PatchParams,
+) -> Option<String> {
+    let Some((path, value)) = wrong_scalar(spec_of(crd)) else {
+        return Some("no scalar field".to_owned());
+    };
+    let field = path.join(".");
+    let object = object_of(crd, "wrong", &nested(&path, value));
+    match api.patch("wrong", params, &Patch::Apply(&object)).await {
+        Err(e) if e.to_string().contains(&format!("spec.{field}")) => {
+            eprintln!("{}: wrong type refused: {e}", crd.spec.names.kind);
+            None
+        }
+        other => Some(format!("wrong type at {field}: {other:?}")),
+    }
+}
+
+/// Deletes the CRDs named, whatever happens.
+pub async fn delete_crds(client: &Client, names: &[String]) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        let _ = crds.delete(name, &Default::default()).await;
+    }
 }
