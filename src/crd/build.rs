@@ -412,6 +412,26 @@ mod tests {
     }
 
     #[test]
+    fn inferred_versions_are_compared_like_declared_ones() {
+        let old = package(None);
+        let (old_version, _) = build_version(&old, &BuildOptions::default()).unwrap();
+        let mut wider = old.clone();
+        wider.metadata.version = "1.1.6".to_owned();
+        wider.values = json!({"replicas": 3, "image": {"tag": "v1"}});
+        let (wider_version, _) = build_version(&wider, &BuildOptions::default()).unwrap();
+        assert_eq!(crate::crd::breaks(&old_version, &wider_version), []);
+        let mut narrower = old.clone();
+        narrower.metadata.version = "1.1.7".to_owned();
+        narrower.values = json!({"replicas": "3"});
+        let (narrower_version, _) = build_version(&narrower, &BuildOptions::default()).unwrap();
+        let broken: Vec<String> = crate::crd::breaks(&old_version, &narrower_version)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(broken, ["spec.replicas: type integer → string"]);
+    }
+
+    #[test]
     fn a_declared_schema_is_set_aside_only_when_asked() {
         let declared = package(Some(json!({"type": "object"})));
         let (crd, notes) = build(&declared, &BuildOptions::default()).unwrap();
