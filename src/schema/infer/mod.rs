@@ -35,6 +35,11 @@ pub use report::Report;
 /// Marks an inferred node that can refuse a value; its text says what it was inferred from.
 pub(crate) const INFERRED: &str = "x-compositor-inferred";
 
+/// What `kubectl explain` says of an inferred `spec`, after the chart's description.
+pub const ABOUT: &str = "Inferred from the chart's values.yaml and its comments: each type is \
+    that of the field's default, and maps the templates read key by key refuse unknown keys. \
+    List a path in the definition's spec.schema.openKeys to accept any value there.";
+
 /// What a user refused by an inferred rule can do about it.
 pub(crate) const HOW_TO_OPEN: &str = "set spec.schema.openKeys to keep it open";
 
@@ -311,7 +316,8 @@ impl Walker {
             }
         }
         if rule.refuses() {
-            text.push(format!("Inferred from values.yaml: {HOW_TO_OPEN}."));
+            // Short: it is repeated on every typed field, and the CRD's size is bounded.
+            text.push("Inferred from values.yaml (spec.schema.openKeys opens it).".to_owned());
             schema[INFERRED] = json!(match (rule, values) {
                 (Rule::ClosedMap, _) =>
                     "unknown keys refused: inferred from the keys values.yaml gives".to_owned(),
