@@ -51,7 +51,7 @@ async fn a_chart_without_a_schema_is_served_with_an_inferred_schema() {
     assert_eq!(
         status.inferred,
         [
-            "spec inferred from values.yaml (the chart has no values.schema.json): 1 typed paths, 0 open",
+            "spec inferred from values.yaml (the chart has no values.schema.json); paths: 1 typed, 0 open",
             "top level: unknown keys refused (set spec.schema.openKeys to keep a path open)",
             "1 string, from a string default",
             "spec.schema.openKeys naming no values.yaml key: nope",

@@ -131,7 +131,7 @@ fn a_chart_without_a_schema_prints_a_typed_crd_and_its_inference() {
     assert_eq!(
         lines,
         [
-            "inferred: spec inferred from values.yaml (the chart has no values.schema.json): 1 typed paths, 1 open",
+            "inferred: spec inferred from values.yaml (the chart has no values.schema.json); paths: 1 typed, 1 open",
             "inferred: top level: unknown keys refused (set spec.schema.openKeys to keep a path open)",
             "inferred: 1 integer, from a whole-number default (Helm hands templates every number as a float, but such defaults end in fields like replicas and ports that refuse fractions)",
             "inferred: 1 any value: spec.schema.openKeys",

@@ -86,7 +86,16 @@ pub fn infer(package: &Package, open_keys: &[String]) -> Inferred {
         },
     };
     walker.read_chart(package, "");
-    let values = crate::chart::values::defaults(package);
+    let mut values = crate::chart::values::defaults(package);
+    // Helm reads `tags` to enable tagged subcharts even when values.yaml has none.
+    let tagged = package
+        .metadata
+        .dependencies
+        .iter()
+        .any(|d| !d.tags.is_empty());
+    if tagged && let Some(map) = values.as_object_mut() {
+        map.entry("tags").or_insert_with(|| json!({}));
+    }
     let schema = walker.root(&values);
     let mut report = walker.report;
     report.unmatched = walker

@@ -163,7 +163,7 @@ impl Report {
             "the chart has no values.schema.json"
         };
         let mut lines = vec![format!(
-            "spec inferred from values.yaml ({source}): {} typed paths, {} open",
+            "spec inferred from values.yaml ({source}); paths: {} typed, {} open",
             self.typed(),
             self.open()
         )];

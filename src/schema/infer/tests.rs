@@ -195,6 +195,7 @@ fn subcharts_are_typed_under_their_keys_and_keep_unknown_keys() {
         version: Some("1.0.0".to_owned()),
         alias: Some("database".to_owned()),
         condition: Some("database.enabled".to_owned()),
+        tags: vec!["storage".to_owned()],
         ..Dependency::default()
     }];
     let inferred = infer(&app, &[]);
@@ -214,6 +215,8 @@ fn subcharts_are_typed_under_their_keys_and_keep_unknown_keys() {
         None
     );
     assert_eq!(refused(&inferred, json!({})), Vec::<String>::new());
+    let tags = json!({"tags": {"storage": false}});
+    assert_eq!(refused(&inferred, tags), Vec::<String>::new());
     let wrong = refused(
         &inferred,
         json!({"database": {"port": "x", "auth": {"usr": "a"}}}),
