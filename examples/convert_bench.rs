@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let package = Package {
             metadata,
             values,
+            values_text: String::new(),
             schema: Some(schema),
             templates: Vec::new(),
             subcharts: Vec::new(),
@@ -64,7 +65,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             version_name: Some("v1".to_owned()),
             ..Default::default()
         };
-        let (crd, warnings) = crd::build(package, &build)?;
+        let (crd, notes) = crd::build(package, &build)?;
+        let warnings = notes.warnings;
         let yaml = crd::to_yaml(&crd)?;
         let mut by_keyword: BTreeMap<&str, usize> = BTreeMap::new();
         for w in &warnings {
@@ -77,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let applied = ConvertOptions {
             apply_defaults: true,
+            ..ConvertOptions::default()
         };
         let (_, with_defaults) = schema::convert(values_schema, package, &applied);
         let dropped_defaults = with_defaults

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::api::SchemaInference;
 use crate::chart::{self, Cache, ChartRef, Package};
 use crate::composition;
 use crate::crd::{self, BuildOptions, NameOverrides};
@@ -57,6 +58,14 @@ pub struct CrdArgs {
     /// Keep schema defaults that validate, and default parent objects to `{}`.
     #[arg(long)]
     pub apply_defaults: bool,
+    /// When to infer the schema from values.yaml: Always, WhenMissing (no values.schema.json)
+    /// or Never.
+    #[arg(long, default_value = "WhenMissing", value_parser = inference)]
+    pub infer: SchemaInference,
+    /// A dotted values path an inferred schema leaves open to any value (repeatable; `.` for
+    /// the whole spec).
+    #[arg(long = "open-key")]
+    pub open_keys: Vec<String>,
     /// User name for the repository or registry.
     #[arg(long)]
     pub username: Option<String>,
@@ -113,18 +122,29 @@ pub async fn crd(args: CrdArgs) -> Result<(), CommandError> {
         version_name: args.version_name,
         convert: ConvertOptions {
             apply_defaults: args.apply_defaults,
+            infer: args.infer,
+            open_keys: args.open_keys,
         },
         ..BuildOptions::default()
     };
-    let (crd, warnings) =
+    let (crd, notes) =
         crd::build(&package, &options).map_err(context(format!("chart {}", args.chart)))?;
     let yaml = crd::to_yaml(&crd).map_err(context("writing the CRD"))?;
-    // Warnings go to stderr, one per line, so stdout stays a clean manifest.
-    for warning in &warnings {
+    // Warnings and inference lines go to stderr, one per line, so stdout stays a clean manifest.
+    for warning in &notes.warnings {
         eprintln!("warning: {warning}");
+    }
+    for line in notes.inferred.iter().flat_map(|report| report.lines()) {
+        eprintln!("inferred: {line}");
     }
     print!("{yaml}");
     Ok(())
+}
+
+/// `Always`, `WhenMissing` or `Never`, as `spec.schema.infer` spells them.
+fn inference(text: &str) -> Result<SchemaInference, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| format!("{text:?} is not one of Always, WhenMissing, Never"))
 }
 
 /// `compositor crds`: prints the operator's own CRDs.

@@ -108,3 +108,36 @@ fn invalid_names_fail_clearly() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("invalid version \"V1\""), "{stderr}");
 }
+
+#[test]
+fn a_chart_without_a_schema_prints_a_typed_crd_and_its_inference() {
+    let dir = tempfile::tempdir().unwrap();
+    chart(dir.path(), "{}");
+    std::fs::remove_file(dir.path().join("values.schema.json")).unwrap();
+    let out = crd(&[dir.path().to_str().unwrap(), "--open-key", "image"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: serde_json::Value =
+        serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    let spec = &printed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["properties"]["replicas"]["type"], "integer");
+    assert_eq!(spec["properties"]["image"].get("type"), None);
+    assert_eq!(spec.get("x-kubernetes-preserve-unknown-fields"), None);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "inferred: spec inferred from values.yaml (the chart has no values.schema.json); paths: 1 typed, 1 open",
+            "inferred: top level: unknown keys refused (set spec.schema.openKeys to keep a path open)",
+            "inferred: 1 integer, from a whole-number default (Helm hands templates every number as a float, but such defaults end in fields like replicas and ports that refuse fractions)",
+            "inferred: 1 any value: spec.schema.openKeys",
+        ]
+    );
+    let never = crd(&[dir.path().to_str().unwrap(), "--infer", "Never"]);
+    assert!(never.status.success());
+    assert!(never.stderr.is_empty());
+}

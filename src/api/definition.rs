@@ -169,6 +169,27 @@ pub struct SchemaOptions {
     /// Bake schema defaults into the CRD; otherwise values.yaml stays the only source of defaults.
     #[serde(default)]
     pub apply_defaults: bool,
+    /// When to infer the schema from values.yaml and its comments instead of reading
+    /// values.schema.json.
+    #[serde(default)]
+    pub infer: SchemaInference,
+    /// Dotted values paths (`podLabels`, `image.tag`; `.` for the whole spec) that accept any
+    /// value in an inferred schema, whatever their default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub open_keys: Vec<String>,
+}
+
+/// When a definition's schema is inferred from the chart's values.yaml.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SchemaInference {
+    /// Always, even when the chart has a values.schema.json.
+    Always,
+    /// When the chart has no values.schema.json.
+    #[default]
+    WhenMissing,
+    /// Never: a chart without values.schema.json gets a `spec` that takes any value.
+    Never,
 }
 
 /// What a composition's first install that failed for good (refused by the cluster, an invalid
@@ -269,6 +290,10 @@ pub struct CompositionDefinitionStatus {
     /// render with its own defaults, namespaces that cannot be granted yet; capped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// How the schema was inferred from values.yaml, one line per kind of rule with its count;
+    /// absent when the chart's values.schema.json was used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inferred: Vec<String>,
     /// Kinds the chart writes that the cluster does not serve, one line each: those Kubernetes
     /// does not serve here (a removed API version, `List`) are never granted; others (a CRD not
     /// installed yet) are looked for again, less and less often.

@@ -13,7 +13,7 @@ pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
     DriftMode, DriftSpec, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
-    PermissionsSpec, Placement, ResolvedChart, SchemaOptions, VersionFootprint,
+    PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -17,6 +17,9 @@ pub struct Package {
     pub metadata: ChartMetadata,
     /// values.yaml as JSON; an empty object when the chart has none.
     pub values: Value,
+    /// values.yaml as written, comments included (they describe the values); empty when the
+    /// chart has none.
+    pub values_text: String,
     /// values.schema.json as it is in the chart, if present.
     pub schema: Option<Value>,
     /// Every file under `templates/`, path relative to the chart root.
@@ -221,6 +224,7 @@ impl Package {
                 dependencies: Vec::new(),
             },
             values,
+            values_text: String::new(),
             schema: None,
             templates: Vec::new(),
             subcharts: Vec::new(),
@@ -277,6 +281,10 @@ fn parse(
         metadata.dependencies = requirements.map(|r| r.dependencies).unwrap_or_default();
     }
 
+    let values_text = files
+        .get("values.yaml")
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .unwrap_or_default();
     let values = match files.get("values.yaml") {
         None => Value::Object(Default::default()),
         Some(bytes) => {
@@ -373,6 +381,7 @@ fn parse(
     Ok(Package {
         metadata,
         values,
+        values_text,
         schema,
         templates,
         subcharts,

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::values::values_of;
 use super::{Context, Error};
-use crate::api::CompositionDefinition;
+use crate::api::{CompositionDefinition, SchemaOptions};
 use crate::chart::values::Enabling;
 use crate::chart::{self, Fetched};
 use crate::schema;
@@ -123,12 +123,18 @@ pub(super) struct Chart {
     /// Whether a template of the chart or its subcharts calls `lookup`, so that a render reads
     /// the cluster whatever the values.
     pub looks_up: bool,
+    /// The definition's schema options the validator was made with.
+    options: SchemaOptions,
     validator: schema::PackageValidator,
 }
 
 impl Chart {
-    fn new(fetched: Fetched) -> Result<Self, Error> {
-        let validator = schema::PackageValidator::new(&fetched.package)?;
+    fn new(fetched: Fetched, options: &SchemaOptions) -> Result<Self, Error> {
+        // The schema the CRD was made of: the chart's own, or the one inferred from its
+        // values.yaml, whose refusals then say that they were inferred.
+        let inferred = schema::infer::when_asked(&fetched.package, &options.into());
+        let package = inferred.as_ref().map_or(&fetched.package, |i| &i.package);
+        let validator = schema::PackageValidator::new(package)?;
         let looks_up = fetched
             .package
             .all_templates()
@@ -137,6 +143,7 @@ impl Chart {
         Ok(Chart {
             fetched,
             looks_up,
+            options: options.clone(),
             validator,
         })
     }
@@ -157,12 +164,13 @@ impl Chart {
 pub(super) struct LastChart(Mutex<Option<Arc<Chart>>>);
 
 impl LastChart {
-    /// The remembered chart, if it is `version` with `digest` and its archive (what Helm is
-    /// given) is still on disk.
-    fn get(&self, version: &str, digest: &str) -> Option<Arc<Chart>> {
+    /// The remembered chart, if it is `version` with `digest`, validated with `options`, and
+    /// its archive (what Helm is given) is still on disk.
+    fn get(&self, version: &str, digest: &str, options: &SchemaOptions) -> Option<Arc<Chart>> {
         let last = self.0.lock().ok()?.clone()?;
         let fetched = &last.fetched;
-        let same = fetched.version == version && fetched.digest == digest;
+        let same =
+            fetched.version == version && fetched.digest == digest && &last.options == options;
         (same && fetched.archive_path.is_file()).then_some(last)
     }
 
@@ -191,7 +199,10 @@ pub(super) async fn fetch_chart(
         .and_then(|s| s.chart.as_ref())
         .filter(|chart| chart.version == chart_version)
         .map(|chart| chart.digest.as_str());
-    if let Some(last) = digest.and_then(|digest| context.last_chart.get(&chart_version, digest)) {
+    let options = &definition.spec.schema;
+    if let Some(last) =
+        digest.and_then(|digest| context.last_chart.get(&chart_version, digest, options))
+    {
         return Ok(last);
     }
     let policy = chart::credentials::RefPolicy {
@@ -202,7 +213,7 @@ pub(super) async fn fetch_chart(
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
     reference.version = Some(chart_version);
     let fetched = chart::fetch(&reference, &context.cache).await?;
-    let chart = Arc::new(Chart::new(fetched)?);
+    let chart = Arc::new(Chart::new(fetched, options)?);
     context.last_chart.remember(&chart);
     Ok(chart)
 }

@@ -16,6 +16,7 @@ use super::naming::{self, NameOverrides, Names};
 use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
 use crate::api::CompositionStatus;
 use crate::chart::Package;
+use crate::schema::infer::Report;
 use crate::schema::{self, ConvertOptions, Warning};
 
 /// Choices of a CRD build.
@@ -52,15 +53,24 @@ pub const CLUSTER_REF: &str = "clusterRef";
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
 
-/// The CRD of `package` with a single version for its chart version, and the warnings of the
-/// schema conversion.
+/// What a build says of the schema besides the CRD.
+#[derive(Clone, Debug, Default)]
+pub struct SchemaNotes {
+    /// Every lossy step of the conversion.
+    pub warnings: Vec<Warning>,
+    /// How the schema was inferred from values.yaml, when it was.
+    pub inferred: Option<Report>,
+}
+
+/// The CRD of `package` with a single version for its chart version, and what the schema
+/// conversion lost or inferred.
 pub fn build(
     package: &Package,
     options: &BuildOptions,
-) -> Result<(CustomResourceDefinition, Vec<Warning>), Error> {
+) -> Result<(CustomResourceDefinition, SchemaNotes), Error> {
     let names = Names::new(&package.metadata.name, &options.names)?;
-    let (version, warnings) = build_version(package, options)?;
-    Ok((assemble(&names, vec![version]), warnings))
+    let (version, notes) = build_version(package, options)?;
+    Ok((assemble(&names, vec![version]), notes))
 }
 
 /// One served and stored CRD version for `package`, to be merged into an existing CRD with
@@ -68,7 +78,7 @@ pub fn build(
 pub fn build_version(
     package: &Package,
     options: &BuildOptions,
-) -> Result<(CustomResourceDefinitionVersion, Vec<Warning>), Error> {
+) -> Result<(CustomResourceDefinitionVersion, SchemaNotes), Error> {
     let name = match &options.version_name {
         Some(n) => {
             naming::check_version_name(n)?;
@@ -76,6 +86,10 @@ pub fn build_version(
         }
         None => naming::version_name(&package.metadata.version)?,
     };
+    // An inferred schema takes the declared one's place, so everything after (conversion,
+    // validation, compatibility) treats both alike.
+    let inferred = schema::infer::when_asked(package, &options.convert);
+    let package = inferred.as_ref().map_or(package, |i| &i.package);
     let (mut spec, mut warnings) = match &package.schema {
         Some(values_schema) => schema::convert(values_schema, package, &options.convert),
         None => (
@@ -91,7 +105,7 @@ pub fn build_version(
         add_cluster_ref(&mut spec)?;
     }
     if spec.description.is_none() {
-        spec.description = Some(match &package.metadata.description {
+        let about = match &package.metadata.description {
             Some(d) => format!(
                 "Values of the {} chart {}: {d}",
                 package.metadata.name, package.metadata.version
@@ -100,6 +114,10 @@ pub fn build_version(
                 "Values of the {} chart {}.",
                 package.metadata.name, package.metadata.version
             ),
+        };
+        spec.description = Some(match &inferred {
+            Some(_) => format!("{about}\n\n{}", schema::infer::ABOUT),
+            None => about,
         });
     }
     let status = CompositionStatus::openapi_schema().map_err(Error::Serialize)?;
@@ -109,7 +127,11 @@ pub fn build_version(
     if let Some(w) = size::fit(&mut spec, budget, &name)? {
         warnings.push(w);
     }
-    Ok((version(&name, spec, status), warnings))
+    let notes = SchemaNotes {
+        warnings,
+        inferred: inferred.map(|i| i.report),
+    };
+    Ok((version(&name, spec, status), notes))
 }
 
 /// A served, stored version with `spec` as its values schema and `status` as the composition
@@ -284,147 +306,5 @@ fn columns() -> Vec<CustomResourceColumnDefinition> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::chart::{ChartMetadata, ChartType};
-    use serde_json::json;
-
-    fn package(schema: Option<serde_json::Value>) -> Package {
-        Package {
-            metadata: ChartMetadata {
-                api_version: "v2".to_owned(),
-                name: "fireworks-app".to_owned(),
-                version: "1.1.5".to_owned(),
-                chart_type: ChartType::Application,
-                description: None,
-                dependencies: Vec::new(),
-            },
-            values: json!({"replicas": 3}),
-            schema,
-            templates: Vec::new(),
-            subcharts: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn crd_has_names_version_status_and_columns() {
-        let p = package(Some(
-            json!({"type": "object", "properties": {"replicas": {"type": "integer", "description": "How many."}}}),
-        ));
-        let (crd, warnings) = build(&p, &BuildOptions::default()).unwrap();
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(
-            crd.metadata.name.as_deref(),
-            Some("fireworksapps.composition.compositor.dev")
-        );
-        let v = &crd.spec.versions[0];
-        assert_eq!(v.name, "v1-1-5");
-        assert!(v.served && v.storage);
-        assert!(v.subresources.as_ref().unwrap().status.is_some());
-        let cols: Vec<&str> = v
-            .additional_printer_columns
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect();
-        assert_eq!(cols, ["Ready", "Clusters", "Chart", "Age"]);
-        let root = v
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap();
-        let props = root.properties.as_ref().unwrap();
-        let replicas = &props["spec"].properties.as_ref().unwrap()["replicas"];
-        assert_eq!(
-            replicas.description.as_deref(),
-            Some("How many.\n\nDefault: 3")
-        );
-        assert!(
-            props["status"]
-                .properties
-                .as_ref()
-                .unwrap()
-                .contains_key("clusters")
-        );
-        assert_eq!(
-            crd.spec.names.categories.as_ref().unwrap(),
-            &["compositions", "compositor"]
-        );
-        assert_eq!(crd.spec.conversion.as_ref().unwrap().strategy, "None");
-    }
-
-    #[test]
-    fn chart_without_schema_keeps_everything() {
-        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
-        let root = crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap();
-        let spec = &root.properties.as_ref().unwrap()["spec"];
-        assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
-    }
-
-    #[test]
-    fn merging_a_version_moves_storage() {
-        let p = package(None);
-        let (mut crd, _) = build(&p, &BuildOptions::default()).unwrap();
-        let mut newer = p.clone();
-        newer.metadata.version = "1.1.6".to_owned();
-        let (v, _) = build_version(&newer, &BuildOptions::default()).unwrap();
-        merge_version(&mut crd, v);
-        let stored: Vec<(&str, bool)> = crd
-            .spec
-            .versions
-            .iter()
-            .map(|v| (v.name.as_str(), v.storage))
-            .collect();
-        assert_eq!(stored, [("v1-1-5", false), ("v1-1-6", true)]);
-    }
-
-    #[test]
-    fn cluster_ref_is_added_unless_the_chart_has_one() {
-        let options = BuildOptions {
-            cluster_ref: true,
-            ..Default::default()
-        };
-        let (crd, _) = build(&package(Some(json!({"type": "object"}))), &options).unwrap();
-        let root = crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap();
-        let spec = &root.properties.as_ref().unwrap()["spec"];
-        assert!(spec.properties.as_ref().unwrap().contains_key("clusterRef"));
-        let taken = package(Some(
-            json!({"type": "object", "properties": {"clusterRef": {"type": "string"}}}),
-        ));
-        assert_eq!(build(&taken, &options).unwrap_err().reason(), "ReservedKey");
-    }
-
-    #[test]
-    fn whole_crd_size_is_checked() {
-        let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
-        assert!(check_size(&crd, 1024 * 1024).is_ok());
-        assert_eq!(check_size(&crd, 100).unwrap_err().reason(), "CrdTooLarge");
-    }
-
-    #[test]
-    fn overrides_and_invalid_version_names() {
-        let options = BuildOptions {
-            version_name: Some("V1".to_owned()),
-            ..Default::default()
-        };
-        assert_eq!(
-            build(&package(None), &options).unwrap_err().reason(),
-            "InvalidName"
-        );
-    }
-}
+#[path = "build_tests.rs"]
+mod tests;

@@ -29,6 +29,8 @@ pub(super) struct AppliedCrd {
     pub live: CustomResourceDefinition,
     /// What the schema conversion lost.
     pub warnings: Vec<String>,
+    /// How the schema was inferred from values.yaml, if it was.
+    pub inferred: Vec<String>,
 }
 
 /// The chart's CRD version, built but not applied yet.
@@ -41,6 +43,8 @@ pub(super) struct PlannedCrd {
     version: CustomResourceDefinitionVersion,
     /// What the schema conversion lost.
     warnings: Vec<String>,
+    /// How the schema was inferred from values.yaml, if it was.
+    inferred: Vec<String>,
 }
 
 /// Builds the chart's CRD version from its schema.
@@ -50,7 +54,7 @@ pub(super) fn plan(
 ) -> Result<PlannedCrd, Error> {
     let options = build_options(definition, fetched.package.name());
     let names = Names::new(fetched.package.name(), &options.names)?;
-    let (version, warnings) = crd::build_version(&fetched.package, &options)?;
+    let (version, notes) = crd::build_version(&fetched.package, &options)?;
     let resource = GeneratedResource {
         group: names.group.clone(),
         version: version.name.clone(),
@@ -60,7 +64,8 @@ pub(super) fn plan(
         names,
         resource,
         version,
-        warnings: warnings.iter().map(ToString::to_string).collect(),
+        warnings: notes.warnings.iter().map(ToString::to_string).collect(),
+        inferred: notes.inferred.map(|r| r.lines()).unwrap_or_default(),
     })
 }
 
@@ -74,6 +79,7 @@ pub(super) async fn apply(
         resource,
         version,
         warnings,
+        inferred,
     }: PlannedCrd,
     status: &mut CompositionDefinitionStatus,
 ) -> Result<AppliedCrd, Error> {
@@ -114,6 +120,7 @@ pub(super) async fn apply(
         resource,
         live,
         warnings,
+        inferred,
     })
 }
 

@@ -144,9 +144,7 @@ fn recorded_plural(
 pub(super) fn build_options(definition: &CompositionDefinition, chart_name: &str) -> BuildOptions {
     BuildOptions {
         names: name_overrides(definition, chart_name),
-        convert: crate::schema::ConvertOptions {
-            apply_defaults: definition.spec.schema.apply_defaults,
-        },
+        convert: (&definition.spec.schema).into(),
         // Remote placements let a composition name its cluster.
         cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
         ..BuildOptions::default()

@@ -409,6 +409,7 @@ async fn converge(
     .await?;
 
     let incomplete = !served.warnings.is_empty();
+    status.inferred = crd.inferred;
     let mut warnings = crd.warnings;
     warnings.extend(served.warnings);
     warnings.truncate(WARNING_LIMIT);

@@ -6,6 +6,7 @@
 
 mod convert;
 mod defaults;
+pub mod infer;
 mod junctors;
 mod keywords;
 mod merge;
@@ -57,6 +58,20 @@ pub struct ConvertOptions {
     /// apiserver fills them in; otherwise the chart's values.yaml stays the only source of
     /// defaults and schema defaults are dropped.
     pub apply_defaults: bool,
+    /// When to infer the schema from values.yaml instead (see [`infer`]).
+    pub infer: crate::api::SchemaInference,
+    /// Dotted values paths an inferred schema leaves open to any value.
+    pub open_keys: Vec<String>,
+}
+
+impl From<&crate::api::SchemaOptions> for ConvertOptions {
+    fn from(options: &crate::api::SchemaOptions) -> Self {
+        ConvertOptions {
+            apply_defaults: options.apply_defaults,
+            infer: options.infer,
+            open_keys: options.open_keys.clone(),
+        }
+    }
 }
 
 /// Converts a chart's values schema into the structural schema of a CRD version's `spec`.

@@ -10,7 +10,14 @@ fn package(values: Value) -> Package {
 }
 
 fn run_with(schema: Value, p: &Package, apply_defaults: bool) -> (Value, Vec<Warning>) {
-    let (props, warnings) = convert(&schema, p, &ConvertOptions { apply_defaults });
+    let (props, warnings) = convert(
+        &schema,
+        p,
+        &ConvertOptions {
+            apply_defaults,
+            ..ConvertOptions::default()
+        },
+    );
     let problems = structural_problems(&props);
     assert!(problems.is_empty(), "not structural: {problems:?}");
     (serde_json::to_value(props).unwrap(), warnings)

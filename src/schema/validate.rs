@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::Error;
+use super::infer::{HOW_TO_OPEN, INFERRED};
 use crate::chart::Package;
 use crate::chart::values::{self, Coalesced, Enabling, Subchart};
 
@@ -47,6 +48,8 @@ pub fn validate_package(values: &Value, package: &Package) -> Result<Vec<Violati
 /// expressions above all) costs far more than validating.
 pub struct PackageValidator {
     own: Option<jsonschema::Validator>,
+    /// The chart's schema when it was inferred: its nodes say what they were inferred from.
+    inferred: Option<Value>,
     /// Each subchart's, in the order of the package's `subcharts`.
     subcharts: Vec<PackageValidator>,
 }
@@ -63,7 +66,15 @@ impl PackageValidator {
             .iter()
             .map(PackageValidator::new)
             .collect::<Result<_, Error>>()?;
-        Ok(PackageValidator { own, subcharts })
+        let inferred = package
+            .schema
+            .clone()
+            .filter(|schema| schema.get(INFERRED).is_some());
+        Ok(PackageValidator {
+            own,
+            inferred,
+            subcharts,
+        })
     }
 
     /// Every way values, coalesced as Helm does (see [`values::coalesced`]), break the schemas
@@ -74,7 +85,7 @@ impl PackageValidator {
 
     fn validate_tree(&self, values: &Value, subcharts: &[Subchart]) -> Vec<Violation> {
         let mut out = match &self.own {
-            Some(validator) => violations(validator, values),
+            Some(validator) => violations(validator, values, self.inferred.as_ref()),
             None => Vec::new(),
         };
         for subchart in subcharts {
@@ -112,7 +123,7 @@ fn validate_with(
     schema: &Value,
     subcharts: SubchartSchemas,
 ) -> Result<Vec<Violation>, Error> {
-    Ok(violations(&compile(schema, subcharts)?, values))
+    Ok(violations(&compile(schema, subcharts)?, values, None))
 }
 
 fn compile(schema: &Value, subcharts: SubchartSchemas) -> Result<jsonschema::Validator, Error> {
@@ -124,14 +135,31 @@ fn compile(schema: &Value, subcharts: SubchartSchemas) -> Result<jsonschema::Val
         })
 }
 
-fn violations(validator: &jsonschema::Validator, values: &Value) -> Vec<Violation> {
+/// Every violation; those of a node of an `inferred` schema say what it was inferred from.
+fn violations(
+    validator: &jsonschema::Validator,
+    values: &Value,
+    inferred: Option<&Value>,
+) -> Vec<Violation> {
     validator
         .iter_errors(values)
-        .map(|e| Violation {
-            path: dotted(e.instance_path().as_str()),
-            message: e.masked().to_string(),
+        .map(|e| {
+            let mut message = e.masked().to_string();
+            if let Some(why) = inferred.and_then(|s| inferred_by(s, e.schema_path().as_str())) {
+                message = format!("{message} ({why}; {HOW_TO_OPEN})");
+            }
+            Violation {
+                path: dotted(e.instance_path().as_str()),
+                message,
+            }
         })
         .collect()
+}
+
+/// What the node whose keyword `keyword_path` points at was inferred from.
+fn inferred_by<'s>(schema: &'s Value, keyword_path: &str) -> Option<&'s str> {
+    let (node, _keyword) = keyword_path.rsplit_once('/')?;
+    schema.pointer(node)?.get(INFERRED)?.as_str()
 }
 
 /// Serves the schemas of a package's subcharts to `$ref`s; never fetches anything.
