@@ -461,6 +461,41 @@ async fn a_cluster_that_leaves_loses_its_releases_and_one_that_joins_gets_them_a
         .await;
 }
 
+/// Drift on a registered cluster: a release's object deleted there comes back, restored through
+/// the cluster's own identity, without a new revision.
+#[tokio::test]
+async fn an_object_deleted_on_a_remote_cluster_comes_back() {
+    let remote = Remote::up();
+    let rollout = Rollout::new(&remote).await;
+    let acme = support::unique("acme");
+    rollout.create(&acme, json!({"message": "hello"})).await;
+    rollout
+        .wait(&acme, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+    let config_maps = Api::<ConfigMap>::namespaced(rollout.remote.clone(), &acme);
+    let name = format!("{acme}-plain");
+    config_maps
+        .delete(&name, &Default::default())
+        .await
+        .expect("delete on edge");
+    support::eventually("restored on edge", Duration::from_secs(30), || async {
+        installed(&rollout.remote, &acme).await.is_some()
+    })
+    .await;
+    let status = rollout.compositions.get(&acme).await.unwrap().data["status"].clone();
+    let revisions: Vec<&Value> = status["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| &c["revision"])
+        .collect();
+    assert_eq!(
+        revisions,
+        [&json!(1), &json!(1)],
+        "no new revision: {status}"
+    );
+}
+
 /// A ServiceAccount `name` on `remote` bound to cluster-admin, and a kubeconfig with its token.
 async fn installer(remote: &Remote, name: &str) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;

@@ -217,6 +217,18 @@ pub struct DriftSpec {
     pub ignore: Vec<DriftIgnore>,
 }
 
+impl DriftMode {
+    /// The mode a composition annotation names (`Correct`, `Report`, `Ignore`).
+    pub fn parse(value: &str) -> Option<DriftMode> {
+        match value {
+            "Correct" => Some(DriftMode::Correct),
+            "Report" => Some(DriftMode::Report),
+            "Ignore" => Some(DriftMode::Ignore),
+            _ => None,
+        }
+    }
+}
+
 impl DriftSpec {
     /// The JSON pointers left alone on the object `kind` `name`.
     pub fn ignored(&self, kind: &str, name: &str) -> Vec<String> {
@@ -229,8 +241,10 @@ impl DriftSpec {
     }
 }
 
-/// What drift correction does.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// What drift correction does, from the most to the least active.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum DriftMode {
     /// Re-apply what the release rendered (Helm's record of the deployed revision), without a
     /// new revision.

@@ -29,6 +29,9 @@ pub const RELEASE_NAME_ANNOTATION: &str = "compositor.dev/release-name";
 /// A new value on a composition tries again what the cluster refused with the same inputs
 /// (after the webhook or policy that refused it changed).
 pub const RETRY_ANNOTATION: &str = "compositor.dev/retry";
+/// On a composition, `Report` or `Ignore`: less drift correction than its definition says
+/// (never more, so a composition cannot start fighting a writer its definition leaves alone).
+pub const DRIFT_ANNOTATION: &str = "compositor.dev/drift";
 /// Label naming the CRD version (and so the controller) a composition belongs to.
 pub const VERSION_LABEL: &str = "compositor.dev/version";
 /// Label naming the definition (`<namespace>.<name>`) an object was made for.

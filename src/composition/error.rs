@@ -106,6 +106,9 @@ pub enum Error {
         "spec.clusterRef.name {0:?} is not one of the clusters this definition places on ({1})"
     )]
     ClusterNotPlaced(String, String),
+    /// An annotation of the composition has a value it cannot have.
+    #[error("{0}")]
+    InvalidAnnotation(String),
     /// Drift could not be looked at: Helm's record of the release is unreadable, or no client
     /// acts as the release identity.
     #[error("drift of the release cannot be settled: {0}")]
@@ -173,6 +176,7 @@ impl Error {
             Error::Kube(..) | Error::Finalizer(_) => "KubernetesAPIError",
             Error::Cluster(error) => error.reason(),
             Error::ClusterNotPlaced(..) => "ClusterNotPlaced",
+            Error::InvalidAnnotation(_) => "InvalidAnnotation",
             Error::Drift(_) => "DriftUnsettled",
             Error::DriftConflict(_) => "DriftConflict",
         }
@@ -198,6 +202,7 @@ impl Error {
                 | Error::Rejected(..)
                 | Error::FailedBefore { .. }
                 | Error::DriftConflict(_)
+                | Error::InvalidAnnotation(_)
         )
     }
 

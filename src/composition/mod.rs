@@ -46,7 +46,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
+    CompositionDefinition, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
 };
 use crate::chart::Cache;
 use crate::helm;
@@ -486,7 +486,8 @@ async fn release_on(
             entry,
         });
     reach.record(&context.remotes, outcome.as_ref().err().map(|f| &f.error));
-    if outcome.is_ok() && definition.drift.mode != crate::api::DriftMode::Ignore {
+    let watched = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
+    if outcome.is_ok() && watched {
         let resources = writer.lock().await.resources().to_vec();
         drift::watch(context, &reach, target, object, &resources).await;
     }

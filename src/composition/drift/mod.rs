@@ -30,7 +30,7 @@ use super::placement::Target;
 use super::reach::Reach;
 use super::release::Release;
 use super::{Context, Error};
-use crate::api::{ClusterStatus, DriftMode, DriftSpec, ResourceRef};
+use crate::api::{ClusterStatus, DRIFT_ANNOTATION, DriftMode, DriftSpec, ResourceRef};
 use crate::bundle::TypeRef;
 use crate::helm::{self, RenderedDocument, parse_documents};
 
@@ -125,6 +125,21 @@ impl Corrections {
     }
 }
 
+/// The drift mode of `composition`: its definition's, or less active when the composition's
+/// [`DRIFT_ANNOTATION`] says so.
+pub(super) fn mode(spec: &DriftSpec, composition: &DynamicObject) -> Result<DriftMode, Error> {
+    let Some(value) = composition.annotations().get(DRIFT_ANNOTATION) else {
+        return Ok(spec.mode);
+    };
+    let asked = DriftMode::parse(value).ok_or_else(|| {
+        Error::InvalidAnnotation(format!(
+            "annotation {DRIFT_ANNOTATION} is {value:?}: it may be Report or Ignore (or Correct, \
+             which changes nothing)"
+        ))
+    })?;
+    Ok(asked.max(spec.mode))
+}
+
 /// The suspects of `release` (deployed as `revision`) compared with what Helm recorded, and
 /// settled as `policy` says.
 pub(super) async fn settle(
@@ -134,7 +149,8 @@ pub(super) async fn settle(
     policy: &DriftSpec,
 ) -> Result<Settled, Error> {
     let mut settled = Settled::default();
-    if policy.mode == DriftMode::Ignore || suspects.is_empty() {
+    let mode = mode(policy, release.object)?;
+    if mode == DriftMode::Ignore || suspects.is_empty() {
         return Ok(settled);
     }
     let (reach, target) = (release.reach, release.target);
@@ -162,7 +178,7 @@ pub(super) async fn settle(
         let Some((finding, live)) = object.look(release).await? else {
             continue;
         };
-        if policy.mode == DriftMode::Report {
+        if mode == DriftMode::Report {
             settled.reported.push(finding);
             continue;
         }
@@ -405,6 +421,34 @@ fn applier(release: &Release<'_>) -> Result<Client, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_composition_may_ask_for_less_correction_never_more() {
+        let composition = |drift: Option<&str>| -> DynamicObject {
+            let mut object =
+                json!({"apiVersion": "x/v1", "kind": "App", "metadata": {"name": "a"}});
+            if let Some(drift) = drift {
+                object["metadata"]["annotations"] = json!({DRIFT_ANNOTATION: drift});
+            }
+            serde_json::from_value(object).unwrap()
+        };
+        let spec = |mode| DriftSpec {
+            mode,
+            ignore: Vec::new(),
+        };
+        let correct = spec(DriftMode::Correct);
+        assert_eq!(
+            mode(&correct, &composition(None)).unwrap(),
+            DriftMode::Correct
+        );
+        let report = composition(Some("Report"));
+        assert_eq!(mode(&correct, &report).unwrap(), DriftMode::Report);
+        let ignore = spec(DriftMode::Ignore);
+        let asks_more = composition(Some("Correct"));
+        assert_eq!(mode(&ignore, &asks_more).unwrap(), DriftMode::Ignore);
+        let error = mode(&correct, &composition(Some("Sometimes"))).unwrap_err();
+        assert_eq!(error.reason(), "InvalidAnnotation");
+    }
 
     fn finding(object: &str, path: &str) -> Finding {
         Finding {
