@@ -58,7 +58,8 @@ down:
 ## against one fresh test bed (rollout_bench starts its second control plane itself); then the
 ## controller's 50 compositions against 50 `helm install`s (with API requests per composition,
 ## idle resync writes and memory) on five fresh test beds and their median ratio, and with
-## BENCH_SCALE=1000 one more run of that many compositions
+## BENCH_SCALE=1000 one more run of that many compositions (the drift bench's watches are
+## measured at that scale too)
 bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \
 	  echo "[make bench] build took $$((SECONDS - start))s"

@@ -70,18 +70,8 @@ async fn main() -> ExitCode {
     bench_support::main("controller-bench", run).await
 }
 
-/// How many compositions: `BENCH_SCALE` when set and not empty, else [`DEFAULT_COUNT`].
-fn count() -> Result<usize, Error> {
-    match std::env::var("BENCH_SCALE") {
-        Ok(scale) if !scale.is_empty() => Ok(scale
-            .parse()
-            .map_err(|_| format!("BENCH_SCALE={scale:?} is not a number"))?),
-        _ => Ok(DEFAULT_COUNT),
-    }
-}
-
 async fn run(bed: &TestBed) -> Result<(), Error> {
-    let count = count()?;
+    let count = bench_support::scale(DEFAULT_COUNT)?;
     let namespace = bed.namespace("ctl").await?;
     let group = format!("{namespace}.compositor.dev");
     let operator = bed

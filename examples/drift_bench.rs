@@ -5,7 +5,7 @@
 //! Runs against a fresh test bed (`make bench` starts one; see `bench_support` for what it reads):
 //!
 //! - compositor: the operator applies a definition of fireworks-app 1.1.5; its controller
-//!   Deployment is run here as a kubelet would run it, and `COUNT` compositions are created and
+//!   Deployment is run here as a kubelet would run it, and `BENCH_SCALE` (default 50) compositions are created and
 //!   left to become Ready. Then the ConfigMaps of `DELETIONS` compositions' releases are deleted
 //!   one after the other, each timed from the delete until the ConfigMap is back (a new UID).
 //!   Different objects: one object corrected again and again is a fight with another writer,
@@ -13,7 +13,7 @@
 //! - baseline: one release of the same chart and values installed with `helm install`; its
 //!   ConfigMap deleted as many times, each timed from the delete until a `helm upgrade` with the
 //!   same values, run at once, has returned and the ConfigMap is back;
-//! - memory: the controller's VmRSS with the `COUNT` compositions and their drift watches, then
+//! - memory: the controller's VmRSS with those compositions and their drift watches, then
 //!   after the definition says `drift: {mode: Ignore}` and a new controller has reconciled them
 //!   all without watches.
 //!
@@ -35,8 +35,8 @@ use bench_support::{
     met, ms, times_until,
 };
 
-/// Compositions while the deletions are timed.
-const COUNT: usize = 50;
+/// Compositions while the deletions are timed, unless `BENCH_SCALE` says otherwise.
+const DEFAULT_COUNT: usize = 50;
 /// Deletions timed, of compositor's object and of the baseline's.
 const DELETIONS: usize = 20;
 /// The definition.
@@ -56,6 +56,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(bed: &TestBed) -> Result<(), Error> {
+    let count = bench_support::scale(DEFAULT_COUNT)?;
     let namespace = bed.namespace("drift").await?;
     let group = format!("{namespace}.compositor.dev");
     let operator = bed
@@ -74,7 +75,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
         .await?;
     let params = PostParams::default();
-    for i in 0..COUNT {
+    for i in 0..count {
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": format!("{group}/{VERSION}"), "kind": KIND,
             "metadata": {"name": format!("app-{i}")}, "spec": values(i),
@@ -84,14 +85,14 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let ready = |s: &Value| s["phase"] == "Ready";
     times_until(
         &compositions,
-        COUNT,
+        count,
         &mut controller,
         Instant::now(),
         LIMIT,
         ready,
     )
     .await?;
-    eprintln!("{COUNT} compositions Ready");
+    eprintln!("{count} compositions Ready");
     tokio::time::sleep(Duration::from_secs(5)).await;
     let watched = controller.memory()?;
 
@@ -115,7 +116,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     eprintln!("baseline: {DELETIONS} deletions restored by helm upgrade");
 
     let unwatched = without_watches(bed, &namespace, &group, controller, &compositions).await?;
-    print(&restored, &by_hand, watched, unwatched);
+    print(count, &restored, &by_hand, (watched, unwatched));
     Ok(())
 }
 
@@ -161,6 +162,7 @@ async fn without_watches(
     mut controller: Process,
     compositions: &Api<DynamicObject>,
 ) -> Result<Memory, Error> {
+    let count = bench_support::scale(DEFAULT_COUNT)?;
     controller.stop();
     bed.apply_definition_with(
         namespace,
@@ -178,7 +180,7 @@ async fn without_watches(
         .await?;
     // A touch of every composition makes each reconcile once, up to date.
     let touch = Patch::Merge(json!({"metadata": {"annotations": {"bench/touch": "1"}}}));
-    for i in 0..COUNT {
+    for i in 0..count {
         let name = format!("app-{i}");
         compositions
             .patch(&name, &PatchParams::default(), &touch)
@@ -188,7 +190,7 @@ async fn without_watches(
     let start = Instant::now();
     loop {
         let samples = controller.metrics(&bed.http).await?;
-        if samples.total(reconciles) >= COUNT as f64 {
+        if samples.total(reconciles) >= count as f64 {
             break;
         }
         if start.elapsed() > LIMIT {
@@ -201,10 +203,15 @@ async fn without_watches(
     controller.memory()
 }
 
-fn print(restored: &[Duration], by_hand: &[Duration], watched: Memory, unwatched: Memory) {
+fn print(
+    count: usize,
+    restored: &[Duration],
+    by_hand: &[Duration],
+    (watched, unwatched): (Memory, Memory),
+) {
     let (ours, theirs) = (Summary::of(restored), Summary::of(by_hand));
     println!(
-        "\nDrift: {DELETIONS} deleted ConfigMaps, each of another release, with {COUNT} \
+        "\nDrift: {DELETIONS} deleted ConfigMaps, each of another release, with {count} \
          compositions watched\n"
     );
     println!("| | median | max |\n|---|---|---|");
@@ -226,7 +233,7 @@ fn print(restored: &[Duration], by_hand: &[Duration], watched: Memory, unwatched
         ours.max.as_secs_f64() / theirs.max.as_secs_f64()
     );
     let added = watched.rss - unwatched.rss;
-    println!("\n| controller VmRSS, {COUNT} compositions | MiB |\n|---|---|");
+    println!("\n| controller VmRSS, {count} compositions | MiB |\n|---|---|");
     println!("| with drift watches | {:.1} |", watched.rss);
     println!("| without (drift mode Ignore) | {:.1} |", unwatched.rss);
     println!(

@@ -320,15 +320,7 @@ async fn idle_compositions_make_no_writes_and_no_helm_calls() {
     }
     // What follows an install settles first (the Deployments' revision annotations).
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let writes = || async {
-        let mut writes = 0.0;
-        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
-            let prefix =
-                format!("compositor_api_requests_total{{cluster=\"local\",verb=\"{verb}\"");
-            writes += controller.metric_sum(&prefix).await;
-        }
-        writes
-    };
+    let writes = || controller.api_writes("local");
     let helm_calls = || controller.metric_total("compositor_helm_calls_total");
     let (writes_before, helm_before) = (writes().await, helm_calls().await);
     let reconciles = controller.metric_total("compositor_reconciles_total").await;

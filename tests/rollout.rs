@@ -496,6 +496,46 @@ async fn an_object_deleted_on_a_remote_cluster_comes_back() {
     );
 }
 
+/// Fifty compositions on both clusters, idle for five minutes with a resync of each on the way:
+/// the drift watches on both clusters tell nothing, and the controller writes nothing and runs
+/// no Helm on either.
+#[tokio::test]
+async fn fifty_compositions_on_two_clusters_idle_for_five_minutes_write_nothing() {
+    let remote = Remote::up();
+    let rollout = Rollout::new(&remote).await;
+    let prefix = support::unique("idle");
+    let names: Vec<String> = (0..50).map(|i| format!("{prefix}-{i}")).collect();
+    for name in &names {
+        rollout.create(name, json!({})).await;
+    }
+    for name in &names {
+        let ready = all_ready(&[EDGE, "local"]);
+        rollout.wait(name, "Ready on both clusters", ready).await;
+    }
+    // What follows an install settles first.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let controller = &rollout.controller;
+    let counts = || async {
+        let writes = (
+            controller.api_writes("local").await,
+            controller.api_writes(EDGE).await,
+        );
+        let helm = controller.metric_total("compositor_helm_calls_total").await;
+        (writes, helm)
+    };
+    let before = counts().await;
+    let reconciles = controller.metric_total("compositor_reconciles_total").await;
+    // The controller's resync is 300 s: each composition is reconciled once within.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let resynced = controller.metric_total("compositor_reconciles_total").await;
+    assert!(resynced >= reconciles + 50.0, "{reconciles} → {resynced}");
+    assert_eq!(
+        counts().await,
+        before,
+        "((local, edge) writes, Helm calls) while idle"
+    );
+}
+
 /// A ServiceAccount `name` on `remote` bound to cluster-admin, and a kubeconfig with its token.
 async fn installer(remote: &Remote, name: &str) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;

@@ -404,6 +404,16 @@ impl TestBed {
     }
 }
 
+/// How many compositions a bench makes: `BENCH_SCALE` when set and not empty, else `default`.
+pub fn scale(default: usize) -> Result<usize, Error> {
+    match std::env::var("BENCH_SCALE") {
+        Ok(scale) if !scale.is_empty() => Ok(scale
+            .parse()
+            .map_err(|_| format!("BENCH_SCALE={scale:?} is not a number"))?),
+        _ => Ok(default),
+    }
+}
+
 /// The test bed's packaged fireworks-app `version`.
 pub fn packaged(version: &str) -> Result<PathBuf, Error> {
     let chart = Path::new(&env("COMPOSITOR_TEST_CHARTS")?).join(format!("{CHART}-{version}.tgz"));

@@ -321,6 +321,18 @@ impl Process {
             .sum()
     }
 
+    /// The API requests that write (create, update, patch, delete, deletecollection) the
+    /// process made on `cluster` (`local` or a registered cluster's name), by its metrics.
+    pub async fn api_writes(&self, cluster: &str) -> f64 {
+        let mut writes = 0.0;
+        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+            let series =
+                format!("compositor_api_requests_total{{cluster=\"{cluster}\",verb=\"{verb}\"");
+            writes += self.metric_sum(&series).await;
+        }
+        writes
+    }
+
     /// The sum of every series that starts with `prefix` (a name and its first labels, e.g.
     /// `name{verb="create",`), whatever the labels after it.
     pub async fn metric_sum(&self, prefix: &str) -> f64 {

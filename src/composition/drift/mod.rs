@@ -112,11 +112,15 @@ impl Corrections {
     /// Counts one more correction; whether that is one too many.
     fn too_many(&self, uid: &str, object: &str) -> bool {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // Corrections older than the window are forgotten, and so are objects with none left.
+        map.retain(|_, times| {
+            times.retain(|t| now.duration_since(*t) < CONFLICT_WINDOW);
+            !times.is_empty()
+        });
         let times = map
             .entry((uid.to_string(), object.to_string()))
             .or_default();
-        let now = Instant::now();
-        times.retain(|t| now.duration_since(*t) < CONFLICT_WINDOW);
         if times.len() >= CONFLICT_LIMIT {
             return true;
         }

@@ -222,7 +222,14 @@ async fn run(
     let events = watcher(api, config).default_backoff();
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
-        let Ok(event) = event else { continue };
+        let event = match event {
+            Ok(event) => event,
+            // The watch backs off and tries again; a forbidden one stops with its release.
+            Err(error) => {
+                tracing::debug!(watch = ?key, %error, "drift watch failed");
+                continue;
+            }
+        };
         if matches!(event, Event::InitDone)
             && let Some(ready) = ready.take()
         {
