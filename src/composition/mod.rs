@@ -5,12 +5,15 @@
 //! or paused; deletion goes to `cleanup`, a requested move to `handover`. Otherwise data flows
 //! one way, stopping at the first problem with a condition that names it: `inputs` (the chart,
 //! the values checked against its schema) → `placement` (one target per cluster) → `release`
-//! on each target (whose it is, by `confinement`; unchanged fingerprint: no Helm call; inputs
-//! that failed for good before, by `attempt`: none either; else render, the `confinement` and
-//! `access` checks, recovery, `helm upgrade --install` as the release identity) → `status` (each target's entry, the phase and conditions over them,
-//! events). `watch` drives it: which changes reconcile, the fair share of workers among
-//! namespaces, the backoff of failing compositions; `watched` is what its cache keeps of each
-//! composition (its name, a hash of what a user changed, its phase).
+//! on each target (whose it is, by `confinement`; unchanged fingerprint: no Helm call, and what
+//! `drift` watches found changed or gone is re-applied from Helm's record; inputs that failed
+//! for good before, by `attempt`: none either; else render, the `confinement` and `access`
+//! checks, recovery, `helm upgrade --install` as the release identity) → `status` (each
+//! target's entry, the phase and conditions over them, events). `watch` drives it: which
+//! changes reconcile (the compositions' own, and the objects their releases keep, through
+//! `drift`), the fair share of workers among namespaces, the backoff of failing compositions;
+//! `watched` is what its cache keeps of each composition (its name, a hash of what a user
+//! changed, its phase).
 
 mod access;
 mod attempt;
