@@ -1964,18 +1964,7 @@ impl Fixture {
         name: &str,
         extra: &[&str],
     ) -> (support::Process, tempfile::TempDir) {
-        let cache = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "--log-format",
-            "json",
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let process = support::run_deployment(&self.client, &self.namespace, name, &args).await;
-        (process, cache)
+        support::definitions::controller_in(&self.client, &self.namespace, name, extra).await
     }
 
     /// Brings `fireworksapp` up at chart 1.1.5 with its controller running, and one Ready

@@ -280,6 +280,18 @@ pub async fn run_controller_with(
     name: &str,
     extra: &[&str],
 ) -> (super::Process, tempfile::TempDir) {
+    controller_in(&fixture.client, &fixture.namespace, name, extra).await
+}
+
+/// Runs controller Deployment `name` of `namespace` as the test bed's kubelet would, with its
+/// own token, JSON logs, a metrics port of its own, a chart cache in a new directory (kept while
+/// it lives) and `extra` arguments.
+pub async fn controller_in(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    extra: &[&str],
+) -> (super::Process, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
     let mut args = vec![
         "--log-format",
@@ -290,7 +302,7 @@ pub async fn run_controller_with(
         cache.path().to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let process = super::run_deployment(&fixture.client, &fixture.namespace, name, &args).await;
+    let process = super::run_deployment(client, namespace, name, &args).await;
     (process, cache)
 }
 
