@@ -89,7 +89,7 @@ pub struct Config {
 /// What every reconcile shares.
 pub struct Context {
     client: Client,
-    kube_config: kube::Config,
+    kube_config: Arc<kube::Config>,
     config: Config,
     helm: helm::Engine,
     helm_version: String,
@@ -169,10 +169,10 @@ impl Context {
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
             own_changes: watch::OwnChanges::default(),
-            drift: drift::Watches::new(),
+            drift: drift::Watches::new(metrics.clone()),
             drift_corrections: drift::Corrections::default(),
             client,
-            kube_config,
+            kube_config: Arc::new(kube_config),
             config,
             helm,
             helm_version,

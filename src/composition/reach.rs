@@ -169,7 +169,7 @@ impl Context {
         if name == LOCAL_CLUSTER {
             return Ok(Reach {
                 client: self.client.clone(),
-                config: Arc::new(self.kube_config.clone()),
+                config: self.kube_config.clone(),
                 kinds: self.kinds.clone(),
                 remote: None,
             });

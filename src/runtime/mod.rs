@@ -13,7 +13,9 @@ mod phases;
 mod text;
 
 pub use allocator::{spawn_trimming, tune_allocator};
-pub use client::{NO_RESPONSE, Target, client, cluster_client};
+pub use client::{
+    NO_RESPONSE, Target, WATCHES_PER_CONNECTION, client, cluster_client, watch_client,
+};
 pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
 pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};

@@ -11,6 +11,7 @@
 //! made; an object corrected again and again within [`CONFLICT_WINDOW`] is left as it is, as a
 //! `DriftConflict` naming the other writer.
 
+mod connections;
 mod fields;
 mod watches;
 
@@ -310,7 +311,7 @@ pub(super) async fn watch(
     let release = (target.namespace.as_str(), target.release.as_str());
     context
         .drift
-        .watch(&target.cluster, &reach.client, release, key, objects)
+        .watch(&target.cluster, &reach.config, release, key, objects)
         .await;
 }
 

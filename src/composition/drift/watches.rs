@@ -1,6 +1,7 @@
 //! Metadata-only watches of what the releases render, one per kind and namespace a release
 //! writes into (and one per name for a cluster-scoped object: the controller may read those
-//! only by name), on every cluster a release is on.
+//! only by name), on every cluster a release is on, sharing HTTP/2 connections
+//! ([`Connections`]).
 //!
 //! An object is the release's by the annotations Helm puts on what it applies. Its managed
 //! fields say who owns what: when they change apart from status writes (someone else took a
@@ -15,15 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::Client;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::runtime::{WatchStreamExt, reflector::ObjectRef};
 use tokio::sync::{mpsc, oneshot};
 
+use super::connections::{Connections, Lease};
 use crate::api::ResourceRef;
 use crate::composition::watched::Watched;
+use crate::runtime::Metrics;
 
 /// The label Helm puts on every object it applies.
 const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
@@ -50,6 +52,7 @@ struct WatchKey {
 /// The drift watches of one controller, and what they found.
 pub(in crate::composition) struct Watches {
     shared: Arc<Shared>,
+    connections: Connections,
     running: Mutex<HashMap<WatchKey, Running>>,
     /// The compositions to reconcile, until the controller takes them.
     triggered: Mutex<Option<mpsc::UnboundedReceiver<CompositionKey>>>,
@@ -72,8 +75,8 @@ struct Shared {
 }
 
 impl Watches {
-    /// No watches yet.
-    pub(in crate::composition) fn new() -> Watches {
+    /// No watches yet; their requests are counted in `metrics`.
+    pub(in crate::composition) fn new(metrics: Arc<Metrics>) -> Watches {
         let (trigger, triggered) = mpsc::unbounded_channel();
         let shared = Shared {
             releases: Mutex::default(),
@@ -82,6 +85,7 @@ impl Watches {
         };
         Watches {
             shared: Arc::new(shared),
+            connections: Connections::new(metrics),
             running: Mutex::default(),
             triggered: Mutex::new(Some(triggered)),
         }
@@ -104,13 +108,13 @@ impl Watches {
     }
 
     /// Watches what the release `(namespace, release)` of `composition` on `cluster` keeps
-    /// (`objects`, each with its resource and, when namespaced, namespace), through `client`.
+    /// (`objects`, each with its resource and, when namespaced, namespace), as `config` says.
     /// Returns once each new watch has listed what is there (or after [`WATCH_START`]), so
     /// that whatever happens after the release is reported Ready is seen.
     pub(in crate::composition) async fn watch(
         &self,
         cluster: &str,
-        client: &Client,
+        config: &Arc<kube::Config>,
         (namespace, release): (&str, &str),
         composition: CompositionKey,
         objects: Vec<(ResourceRef, ApiResource, Option<String>)>,
@@ -121,7 +125,7 @@ impl Watches {
             release.to_string(),
         );
         lock(&self.shared.releases).insert(key.clone(), composition);
-        let listed = self.start(&key, client, objects);
+        let listed = self.start(&key, config, objects);
         let _ = tokio::time::timeout(WATCH_START, futures::future::join_all(listed)).await;
     }
 
@@ -130,7 +134,7 @@ impl Watches {
     fn start(
         &self,
         release: &ReleaseKey,
-        client: &Client,
+        config: &Arc<kube::Config>,
         objects: Vec<(ResourceRef, ApiResource, Option<String>)>,
     ) -> Vec<oneshot::Receiver<()>> {
         let mut listed = Vec::new();
@@ -149,10 +153,17 @@ impl Watches {
                 watch.releases.insert(release.clone());
                 continue;
             }
+            let lease = match self.connections.lease(cluster, config) {
+                Ok(lease) => lease,
+                Err(error) => {
+                    tracing::warn!(%cluster, %error, "no connection for a drift watch");
+                    continue;
+                }
+            };
             let (ready, started) = oneshot::channel();
             listed.push(started);
             let shared = self.shared.clone();
-            let task = tokio::spawn(run(shared, client.clone(), resource, key.clone(), ready));
+            let task = tokio::spawn(run(shared, lease, resource, key.clone(), ready));
             let releases = HashSet::from([release.clone()]);
             let task = task.abort_handle();
             running.insert(key, Running { task, releases });
@@ -201,18 +212,18 @@ impl Drop for Watches {
 const WATCH_START: Duration = Duration::from_secs(5);
 
 /// One watch, until the controller stops: suspects from what changes. `ready` is told when it
-/// has listed what is there.
+/// has listed what is there. Its `lease` of a connection is given back when it stops.
 async fn run(
     shared: Arc<Shared>,
-    client: Client,
+    lease: Lease,
     resource: ApiResource,
     key: WatchKey,
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
     let api: Api<PartialObjectMeta<DynamicObject>> = match &key.namespace {
-        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
-        None => Api::all_with(client, &resource),
+        Some(namespace) => Api::namespaced_with(lease.client.clone(), namespace, &resource),
+        None => Api::all_with(lease.client.clone(), &resource),
     };
     let mut config = watcher::Config::default().labels(HELM_LABEL);
     if let Some(name) = &key.name {
