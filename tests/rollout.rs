@@ -168,6 +168,15 @@ impl Rollout {
 }
 
 impl Rollout {
+    /// Makes the controller look at composition `name` again now, not at its next resync.
+    async fn poke(&self, name: &str) {
+        let poke = json!({"metadata": {"annotations": {"test/poke": support::unique("p")}}});
+        self.compositions
+            .patch(name, &PatchParams::default(), &Patch::Merge(poke))
+            .await
+            .expect("annotate the composition");
+    }
+
     /// Creates a composition named after `prefix` narrowed to `local` and returns how long it
     /// took to be Ready there.
     async fn local_only(&self, prefix: &str) -> Duration {
@@ -462,7 +471,8 @@ async fn a_cluster_that_leaves_loses_its_releases_and_one_that_joins_gets_them_a
 }
 
 /// Drift on a registered cluster: a release's object deleted there comes back, restored through
-/// the cluster's own identity, without a new revision.
+/// the cluster's own identity, without a new revision; while the cluster does not answer, its
+/// drift is reported unknown.
 #[tokio::test]
 async fn an_object_deleted_on_a_remote_cluster_comes_back() {
     let remote = Remote::up();
@@ -494,6 +504,48 @@ async fn an_object_deleted_on_a_remote_cluster_comes_back() {
         [&json!(1), &json!(1)],
         "no new revision: {status}"
     );
+
+    // A cluster that stops answering: its drift is unknown, said so, never guessed; the
+    // management cluster's entry is as it was.
+    let edge = |status: &Value| {
+        let clusters = status["clusters"].as_array().cloned().unwrap_or_default();
+        clusters.into_iter().find(|c| c["name"] == EDGE)
+    };
+    let restored_line = format!("ConfigMap {acme}/{name} deleted; restored");
+    let status = rollout
+        .wait(&acme, "the restored object listed", |status| {
+            edge(status).is_some_and(|e| e["drifted"] == json!([restored_line]))
+        })
+        .await;
+    let last_seen = edge(&status).unwrap()["drifted"].clone();
+    remote.stop_apiserver().await;
+    rollout.poke(&acme).await;
+    let status = rollout
+        .wait(&acme, "edge's drift unknown", |status| {
+            edge(status).is_some_and(|e| e["driftUnknown"] == true)
+        })
+        .await;
+    let entry = edge(&status).unwrap();
+    assert_eq!(entry["phase"], "Failed", "{status}");
+    assert_eq!(entry["drifted"], last_seen, "as last seen: {status}");
+    let local = &status["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "local");
+    assert!(
+        local.is_some_and(|c| c["phase"] == "Ready" && c.get("driftUnknown").is_none()),
+        "{status}"
+    );
+
+    // Back, it is looked at again and is known once more.
+    remote.start_apiserver();
+    rollout.poke(&acme).await;
+    rollout
+        .wait(&acme, "edge Ready and known", |status| {
+            edge(status).is_some_and(|e| e["phase"] == "Ready" && e.get("driftUnknown").is_none())
+        })
+        .await;
 }
 
 /// Fifty compositions on both clusters, idle for five minutes with a resync of each on the way:

@@ -107,6 +107,10 @@ pub struct ClusterStatus {
     /// object is next found as rendered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drifted: Vec<String>,
+    /// Set while the cluster cannot be reached or refuses the controller: what drifted there
+    /// since is unknown, and `drifted` is as last seen.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drift_unknown: bool,
     /// When `phase` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,

@@ -377,6 +377,7 @@ subjects:
             final_failure: None,
             message: String::new(),
             drifted: Vec::new(),
+            drift_unknown: false,
             last_transition_time: None,
         }
     }

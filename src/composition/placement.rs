@@ -105,6 +105,8 @@ pub fn failed_entry(
         final_failure: None,
         message: crate::runtime::error_message(error),
         drifted: recorded.map(|c| c.drifted.clone()).unwrap_or_default(),
+        drift_unknown: matches!(error, Error::Cluster(_))
+            && recorded.is_some_and(|c| c.revision.is_some()),
         last_transition_time: None,
     }
 }
@@ -117,6 +119,7 @@ pub fn recovered_entry(recorded: Option<&ClusterStatus>) -> Option<ClusterStatus
             phase: Phase::Ready,
             final_failure: None,
             message: String::new(),
+            drift_unknown: false,
             ..c.clone()
         })
 }

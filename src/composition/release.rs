@@ -422,6 +422,7 @@ impl Release<'_> {
             final_failure: None,
             message,
             drifted: Vec::new(),
+            drift_unknown: false,
             last_transition_time: None,
         }
     }

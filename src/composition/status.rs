@@ -394,6 +394,7 @@ mod tests {
             final_failure: None,
             message: String::new(),
             drifted: Vec::new(),
+            drift_unknown: false,
             last_transition_time: None,
         };
         let mut status = CompositionStatus::default();
