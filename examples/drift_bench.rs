@@ -8,6 +8,9 @@
 //!   Deployment is run here as a kubelet would run it, and `BENCH_SCALE` (default 50) compositions are created and
 //!   left to become Ready. Then the ConfigMaps of `DELETIONS` compositions' releases are deleted
 //!   one after the other, each timed from the delete until the ConfigMap is back (a new UID).
+//!   `BENCH_PLACEMENT=CompositionName` puts each release in a namespace of its own, as the
+//!   Tenant does: one watch per kind and namespace, so as many watches as namespaces times
+//!   kinds, where one namespace for all (the default) has one per kind.
 //!   Different objects: one object corrected again and again is a fight with another writer,
 //!   which compositor ends (`DriftConflict`) rather than times;
 //! - baseline: one release of the same chart and values installed with `helm install`; its
@@ -50,6 +53,11 @@ const GOAL: Duration = Duration::from_secs(2);
 /// The most the watches may add to the controller's memory (MiB).
 const MEMORY_GOAL: f64 = 5.0;
 
+/// `spec.placement.namespace` of the definition: `BENCH_PLACEMENT`, `Composition` by default.
+fn placement() -> String {
+    std::env::var("BENCH_PLACEMENT").unwrap_or_else(|_| "Composition".to_string())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     bench_support::main("drift-bench", run).await
@@ -62,11 +70,13 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let operator = bed
         .operator(&namespace, &bed.scratch("operator-cache"), "operator.log")
         .await?;
-    bed.apply_definition(
+    let spec = json!({"placement": {"namespace": placement()}});
+    bed.apply_definition_with(
         &namespace,
         DEFINITION,
         json!({"group": group}),
         CHART_VERSION,
+        spec,
     )
     .await?;
     bench_support::wait_definition(bed, &operator, &namespace, DEFINITION).await?;
@@ -96,9 +106,17 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let watched = controller.memory()?;
 
-    let config_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &namespace);
-    let names: Vec<String> = (0..DELETIONS).map(|i| format!("app-{i}-config")).collect();
-    let restored = restore_times(&config_maps, &names, || async { Ok(()) }).await?;
+    let release_namespace = |i: usize| match placement().as_str() {
+        "CompositionName" => format!("app-{i}"),
+        _ => namespace.clone(),
+    };
+    let config_maps: Vec<(Api<ConfigMap>, String)> = (0..DELETIONS)
+        .map(|i| {
+            let api = Api::namespaced(bed.client.clone(), &release_namespace(i));
+            (api, format!("app-{i}-config"))
+        })
+        .collect();
+    let restored = restore_times(&config_maps, || async { Ok(()) }).await?;
     controller.alive()?;
     eprintln!("compositor: {DELETIONS} deletions restored");
 
@@ -110,9 +128,8 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         .await?;
     let helm_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &helm_namespace);
     let upgrade = || bed.helm_each("upgrade", &helm_namespace, &release, chart, value);
-    let names = vec!["baseline-config".to_string(); DELETIONS];
-    let by_hand =
-        restore_times(&helm_maps, &names, || async { upgrade().await.map(|_| ()) }).await?;
+    let baseline = vec![(helm_maps, "baseline-config".to_string()); DELETIONS];
+    let by_hand = restore_times(&baseline, || async { upgrade().await.map(|_| ()) }).await?;
     eprintln!("baseline: {DELETIONS} deletions restored by helm upgrade");
 
     let unwatched = without_watches(bed, &namespace, &group, controller, &compositions).await?;
@@ -120,11 +137,10 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     Ok(())
 }
 
-/// Deletes each ConfigMap of `names` in turn, each time running `restore` at once and timing
-/// until the ConfigMap is back with a new UID.
+/// Deletes each ConfigMap of `config_maps` (where, and its name) in turn, each time running
+/// `restore` at once and timing until the ConfigMap is back with a new UID.
 async fn restore_times<F, Fut>(
-    config_maps: &Api<ConfigMap>,
-    names: &[String],
+    config_maps: &[(Api<ConfigMap>, String)],
     restore: F,
 ) -> Result<Vec<Duration>, Error>
 where
@@ -132,7 +148,7 @@ where
     Fut: std::future::Future<Output = Result<(), Error>>,
 {
     let mut times = Vec::new();
-    for name in names {
+    for (config_maps, name) in config_maps {
         let before = config_maps.get(name).await?.uid();
         let start = Instant::now();
         config_maps.delete(name, &DeleteParams::default()).await?;
@@ -169,7 +185,7 @@ async fn without_watches(
         DEFINITION,
         json!({"group": group}),
         CHART_VERSION,
-        json!({"drift": {"mode": "Ignore"}}),
+        json!({"drift": {"mode": "Ignore"}, "placement": {"namespace": placement()}}),
     )
     .await?;
     // The controller reads the definition at start.
@@ -212,7 +228,8 @@ fn print(
     let (ours, theirs) = (Summary::of(restored), Summary::of(by_hand));
     println!(
         "\nDrift: {DELETIONS} deleted ConfigMaps, each of another release, with {count} \
-         compositions watched\n"
+         compositions watched (placement.namespace: {})\n",
+        placement()
     );
     println!("| | median | max |\n|---|---|---|");
     println!(
@@ -233,7 +250,10 @@ fn print(
         ours.max.as_secs_f64() / theirs.max.as_secs_f64()
     );
     let added = watched.rss - unwatched.rss;
-    println!("\n| controller VmRSS, {count} compositions | MiB |\n|---|---|");
+    println!(
+        "\n| controller VmRSS, {count} compositions, placement.namespace {} | MiB |\n|---|---|",
+        placement()
+    );
     println!("| with drift watches | {:.1} |", watched.rss);
     println!("| without (drift mode Ignore) | {:.1} |", unwatched.rss);
     println!(
