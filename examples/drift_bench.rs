@@ -46,8 +46,10 @@ const DELETIONS: usize = 20;
 const DEFINITION: &str = "fireworksapp";
 /// How often the bench looks for the deleted object.
 const POLL: Duration = Duration::from_millis(20);
-/// How long a step may take.
+/// How long a step may take, and how long each composition adds to the wait for all to be
+/// Ready (a namespace of its own, granted by the operator, takes about a second each).
 const LIMIT: Duration = Duration::from_secs(600);
+const LIMIT_PER_COMPOSITION: Duration = Duration::from_millis(1500);
 /// The median time to restore an object aimed at.
 const GOAL: Duration = Duration::from_secs(2);
 /// The most the watches may add to the controller's memory (MiB).
@@ -93,12 +95,13 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
         compositions.create(&params, &object).await?;
     }
     let ready = |s: &Value| s["phase"] == "Ready";
+    let limit = LIMIT.max(LIMIT_PER_COMPOSITION * count as u32);
     times_until(
         &compositions,
         count,
         &mut controller,
         Instant::now(),
-        LIMIT,
+        limit,
         ready,
     )
     .await?;
