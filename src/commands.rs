@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::api::SchemaInference;
+use crate::api::{ControllerIdentity, SchemaInference};
 use crate::chart::{self, Cache, ChartRef, Package};
 use crate::composition;
 use crate::crd::{self, BuildOptions, NameOverrides};
@@ -339,26 +339,9 @@ pub fn post_render(args: PostRenderArgs) -> Result<(), CommandError> {
 /// Flags of `compositor controller`.
 #[derive(Args, Debug)]
 pub struct ControllerArgs {
-    /// API group of the generated CRD.
-    #[arg(long)]
-    pub group: String,
-    /// The CRD version this controller serves.
-    #[arg(long)]
-    pub version: String,
-    /// Plural resource name of the generated CRD.
-    #[arg(long)]
-    pub resource: String,
-    /// The definition, as `<namespace>/<name>`.
-    #[arg(long, value_parser = parse_definition)]
-    pub definition: (String, String),
-    /// Allow the chart source to name Secrets and ConfigMaps in other namespaces than the
-    /// definition's (the operator passes it on when it runs with it).
-    #[arg(long, env = "COMPOSITOR_ALLOW_CROSS_NAMESPACE_REFS")]
-    pub allow_cross_namespace_refs: bool,
-    /// Namespace of the Secrets that register remote clusters (the operator passes it when the
-    /// definition places beyond the management cluster).
-    #[arg(long, env = "COMPOSITOR_CLUSTERS_NAMESPACE")]
-    pub clusters_namespace: Option<String>,
+    /// Who the controller is, as the operator says.
+    #[command(flatten)]
+    pub identity: ControllerIdentity,
     /// How many times a deleted composition's release on an unreachable remote cluster is tried
     /// before it is abandoned with an UninstallAbandoned event.
     #[arg(
@@ -419,15 +402,6 @@ pub struct ControllerArgs {
     pub leader_election_lease_seconds: u64,
 }
 
-fn parse_definition(text: &str) -> Result<(String, String), String> {
-    match text.split_once('/') {
-        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
-            Ok((namespace.to_string(), name.to_string()))
-        }
-        _ => Err(format!("{text:?} is not <namespace>/<name>")),
-    }
-}
-
 /// `compositor controller`: the controller of one definition version.
 pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
     runtime::init_logging(args.log_format, args.debug);
@@ -446,29 +420,29 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
     let kube_config = kube::Config::infer()
         .await
         .map_err(context("reading the Kubernetes configuration"))?;
-    let (definition_namespace, definition_name) = args.definition;
+    let identity = args.identity;
     let election = args.leader_elect.then(|| leader::Settings {
         namespace: args
             .leader_election_namespace
             .clone()
-            .unwrap_or_else(|| definition_namespace.clone()),
+            .unwrap_or_else(|| identity.definition.namespace.clone()),
         name: args
             .leader_election_name
             .clone()
-            .unwrap_or_else(|| format!("{}-{}-controller", args.resource, args.version)),
+            .unwrap_or_else(|| identity.name()),
         identity: leader::identity(),
         lease: Duration::from_secs(args.leader_election_lease_seconds),
     });
     let config = composition::Config {
-        group: args.group,
-        version: args.version,
-        resource: args.resource,
-        definition_namespace,
-        definition_name,
+        group: identity.group,
+        version: identity.version,
+        resource: identity.plural,
+        definition_namespace: identity.definition.namespace,
+        definition_name: identity.definition.name,
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
-        allow_cross_namespace_refs: args.allow_cross_namespace_refs,
-        clusters_namespace: args.clusters_namespace,
+        allow_cross_namespace_refs: identity.allow_cross_namespace_refs,
+        clusters_namespace: identity.clusters_namespace,
         remote_uninstall_attempts: args.remote_uninstall_attempts,
     };
     let shutdown = shutdown();
@@ -510,4 +484,32 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         .map_err(context("serving metrics"))?;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ObjectKey;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Controller {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    #[test]
+    fn the_controller_starts_with_what_the_operator_renders() {
+        let identity = ControllerIdentity {
+            group: "apps.example.com".into(),
+            version: "v1".into(),
+            plural: "apps".into(),
+            definition: ObjectKey::new("demo", "app"),
+            allow_cross_namespace_refs: true,
+            clusters_namespace: Some("clusters".into()),
+        };
+        let parsed = Controller::try_parse_from(identity.args()).unwrap().args;
+        assert_eq!(parsed.identity, identity);
+        assert_eq!(parsed.workers, 4, "the rest keep their defaults");
+    }
 }

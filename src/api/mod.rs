@@ -3,12 +3,16 @@
 
 mod composition;
 mod conditions;
+mod contract;
 mod definition;
 
 pub use composition::{
     ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, Phase, ResourceRef,
 };
 pub use conditions::{find_condition, remove_condition, set_condition};
+pub use contract::{
+    ControllerIdentity, MAX_RELEASE_NAME, ObjectKey, controller_name, release_name,
+};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,

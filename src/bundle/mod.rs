@@ -29,7 +29,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CHART_REFERENCE_LABEL, CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, VERSION_LABEL,
+    CHART_REFERENCE_LABEL, CompositionDefinition, ControllerIdentity, DEFINITION_LABEL,
+    OWNER_ANNOTATION, ObjectKey, VERSION_LABEL, controller_name,
 };
 
 /// Port of the controller's metrics and health endpoints.
@@ -176,21 +177,34 @@ pub fn bundle_labels(
 
 /// Annotations of every bundle object: the definition that made it.
 pub fn bundle_annotations(definition: &CompositionDefinition) -> BTreeMap<String, String> {
-    let owner = format!(
-        "{}/{}",
-        definition.namespace().unwrap_or_default(),
-        definition.name_any()
-    );
+    let owner = definition_key(definition).to_string();
     [(OWNER_ANNOTATION.to_string(), owner)].into()
+}
+
+/// The key that names `definition` to its controllers and on its objects.
+pub fn definition_key(definition: &CompositionDefinition) -> ObjectKey {
+    ObjectKey::new(
+        definition.namespace().unwrap_or_default(),
+        definition.name_any(),
+    )
 }
 
 impl Controller {
     /// Name of the Deployment and ServiceAccount: `<plural>-<version>-controller`.
     pub fn name(&self) -> String {
-        format!(
-            "{}-{}-controller",
-            self.resource.plural, self.resource.version
-        )
+        controller_name(&self.resource.plural, &self.resource.version)
+    }
+
+    /// Who the controller of `definition` is, as its arguments tell it.
+    pub fn identity(&self, definition: &CompositionDefinition) -> ControllerIdentity {
+        ControllerIdentity {
+            group: self.resource.group.clone(),
+            version: self.resource.version.clone(),
+            plural: self.resource.plural.clone(),
+            definition: definition_key(definition),
+            allow_cross_namespace_refs: self.allow_cross_namespace_refs,
+            clusters_namespace: self.permissions.clusters_namespace.clone(),
+        }
     }
 
     /// Name of the release identity in each release namespace.
@@ -379,28 +393,7 @@ impl Controller {
         metadata: ObjectMeta,
     ) -> Result<Deployment, serde_json::Error> {
         let selector = bundle_labels(definition, &self.resource.version);
-        let definition_ref = format!(
-            "{}/{}",
-            definition.namespace().unwrap_or_default(),
-            definition.name_any()
-        );
-        let mut args = vec![
-            "controller",
-            "--group",
-            &self.resource.group,
-            "--version",
-            &self.resource.version,
-            "--resource",
-            &self.resource.plural,
-            "--definition",
-            &definition_ref,
-        ];
-        if self.allow_cross_namespace_refs {
-            args.push("--allow-cross-namespace-refs");
-        }
-        if let Some(namespace) = &self.permissions.clusters_namespace {
-            args.extend(["--clusters-namespace", namespace]);
-        }
+        let args = self.identity(definition).args();
         let probe =
             |path: &str| json!({"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": 10});
         serde_json::from_value(json!({

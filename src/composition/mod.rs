@@ -34,7 +34,7 @@ mod watched;
 
 pub use error::{Error, HelmStep};
 pub use kubeconfig::kubeconfig_for;
-pub use values::{fingerprint, release_name, values_of};
+pub use values::{fingerprint, values_of};
 pub use watch::run;
 
 use std::collections::BTreeSet;

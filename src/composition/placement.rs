@@ -6,10 +6,9 @@ use kube::ResourceExt;
 use kube::core::DynamicObject;
 
 use super::Error;
-use super::values::release_name;
 use crate::api::{
     ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION,
-    is_reserved_namespace,
+    is_reserved_namespace, release_name,
 };
 use crate::crd::CLUSTER_REF;
 

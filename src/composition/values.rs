@@ -1,12 +1,9 @@
-//! What a composition asks for: its values, its release name, and the fingerprint of an install.
+//! What a composition asks for: its values, and the fingerprint of an install.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::crd::CLUSTER_REF;
-
-/// Longest Helm release name.
-pub const MAX_RELEASE_NAME: usize = 53;
 
 /// The values of a composition: its `spec` without the keys compositor reserves.
 pub fn values_of(spec: Option<&Value>) -> Value {
@@ -26,19 +23,6 @@ pub fn holds_templates(values: &Value) -> bool {
             .any(|(key, value)| key.contains("{{") || holds_templates(value)),
         _ => false,
     }
-}
-
-/// The release name: the `compositor.dev/release-name` annotation, else the object's name;
-/// Helm refuses names over 53 characters, so they are refused here first, with the reason.
-pub fn release_name(annotation: Option<&str>, name: &str) -> Result<String, String> {
-    let release = annotation.filter(|a| !a.is_empty()).unwrap_or(name);
-    if release.len() > MAX_RELEASE_NAME {
-        return Err(format!(
-            "release name {release:?} is {} characters long; Helm allows {MAX_RELEASE_NAME} (set the compositor.dev/release-name annotation)",
-            release.len()
-        ));
-    }
-    Ok(release.to_string())
 }
 
 /// What an install depends on: the chart's digest, the values, where it goes and which Helm
@@ -97,17 +81,6 @@ mod tests {
         ));
         assert!(holds_templates(&json!({"a": ["x", {"b": "{{ lookup }}"}]})));
         assert!(holds_templates(&json!({"{{ .Release.Name }}": 1})));
-    }
-
-    #[test]
-    fn release_names_are_checked() {
-        assert_eq!(release_name(None, "acme").unwrap(), "acme");
-        assert_eq!(release_name(Some("shared"), "acme").unwrap(), "shared");
-        let error = release_name(None, &"a".repeat(54)).unwrap_err();
-        assert!(
-            error.contains("54 characters") && error.contains("53"),
-            "{error}"
-        );
     }
 
     #[test]

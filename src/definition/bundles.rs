@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::ResourceExt;
 
 use super::grants::{self, VersionUse};
 use super::inputs::{
@@ -320,5 +319,5 @@ async fn require_approval(
 
 /// `namespace/name` of the definition, as grant lines name it.
 fn definition_ref(definition: &CompositionDefinition) -> String {
-    format!("{}/{}", namespace_of(definition), definition.name_any())
+    crate::bundle::definition_key(definition).to_string()
 }

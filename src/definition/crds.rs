@@ -13,7 +13,8 @@ use super::inputs::build_options;
 use super::objects::FIELD_MANAGER;
 use super::{Context, Error};
 use crate::api::{
-    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION, set_condition,
+    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION, ObjectKey,
+    set_condition,
 };
 use crate::bundle::GeneratedResource;
 use crate::chart::Fetched;
@@ -213,11 +214,15 @@ async fn check_owner(
     if live_owner == owner {
         return Ok(());
     }
-    let (namespace, name) = live_owner.split_once('/').unwrap_or_default();
-    let other = Api::<CompositionDefinition>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::Kube("read owning definition", e))?;
+    // An owner that names no definition is someone else's.
+    let other = match live_owner.parse::<ObjectKey>() {
+        Ok(key) => Api::<CompositionDefinition>::namespaced(client.clone(), &key.namespace)
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| Error::Kube("read owning definition", e))?
+            .map(|_| ()),
+        Err(_) => Some(()),
+    };
     match other {
         None => Ok(()),
         Some(_) => Err(Error::CrdOwnedByAnother {

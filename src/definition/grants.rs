@@ -148,8 +148,7 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
         by_version.entry(installed_version).or_default().settling += 1;
     }
     let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
-    let release =
-        crate::composition::release_name(annotation.map(String::as_str), &item.name_any());
+    let release = crate::api::release_name(annotation.map(String::as_str), &item.name_any());
     by_version
         .entry(version)
         .or_default()

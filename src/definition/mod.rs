@@ -44,7 +44,7 @@ use tokio::sync::Mutex;
 
 use crate::api::{
     CompositionDefinition, CompositionDefinitionStatus, DEFINITION_LABEL, FINALIZER,
-    OWNER_ANNOTATION, ResolvedChart, is_paused, set_condition,
+    OWNER_ANNOTATION, ObjectKey, ResolvedChart, is_paused, set_condition,
 };
 use crate::chart::{self, Cache};
 use crate::crd::Names;
@@ -146,8 +146,8 @@ pub async fn run(
     let by_owner_annotation =
         |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
-            let (namespace, name) = owner.split_once('/')?;
-            Some(ObjectRef::<CompositionDefinition>::new(name).within(namespace))
+            let owner: ObjectKey = owner.parse().ok()?;
+            Some(ObjectRef::<CompositionDefinition>::new(&owner.name).within(&owner.namespace))
         };
     let triggers = context
         .trigger_receiver
