@@ -15,7 +15,7 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 
 use super::confinement::{Owner, helm_target, owner_of, release_place};
-use super::placement::{self, LOCAL_CLUSTER, Target};
+use super::placement::{self, Target};
 use super::reach::Reach;
 use super::release::release_record;
 use super::status::{StatusWriter, publish};
@@ -23,6 +23,7 @@ use super::{Context, Error, HelmStep};
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Placement,
 };
+use crate::clusters::LOCAL;
 use crate::runtime::events::EventType;
 
 /// Failed uninstall attempts per (composition UID, cluster), kept in memory: a restart starts
@@ -126,7 +127,7 @@ async fn remove_bounded(
             context.uninstall_attempts.forget(&uid, &target.cluster);
             Ok(())
         }
-        Err(error) if target.cluster == LOCAL_CLUSTER => Err(error),
+        Err(error) if target.cluster == LOCAL => Err(error),
         Err(error) => {
             let attempts = context.uninstall_attempts.failed(&uid, &target.cluster);
             if attempts < context.config.remote_uninstall_attempts {

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::access::{self, Kinds};
-use super::placement::LOCAL_CLUSTER;
 use super::{Context, Error};
 use crate::api::{ClusterPlacement, Placement};
 use crate::clusters;
+use crate::clusters::LOCAL;
 
 /// A target's cluster as the controller reaches it.
 pub(super) struct Reach {
@@ -141,7 +141,7 @@ impl Context {
     /// registered one with it, or the registered ones whose Secret matches the selector.
     pub(super) fn selected_clusters(&self, placement: &Placement) -> Result<Vec<String>, Error> {
         let selector = match placement.clusters {
-            ClusterPlacement::Local => return Ok(vec![LOCAL_CLUSTER.to_string()]),
+            ClusterPlacement::Local => return Ok(vec![LOCAL.to_string()]),
             ClusterPlacement::AllClusters => None,
             ClusterPlacement::Selector => Some(placement.cluster_selector.as_ref().ok_or(
                 Error::Cluster(clusters::Error::InvalidSelector {
@@ -152,7 +152,7 @@ impl Context {
         let Some(registry) = &self.clusters else {
             // Without a registry (no --clusters-namespace) only the management cluster is known.
             return Ok(match selector {
-                None => vec![LOCAL_CLUSTER.to_string()],
+                None => vec![LOCAL.to_string()],
                 Some(_) => Vec::new(),
             });
         };
@@ -166,7 +166,7 @@ impl Context {
     /// How to reach cluster `name`: a registered one with its Secret's current kubeconfig, one
     /// no longer registered with the last it had.
     pub(super) async fn reach(&self, name: &str) -> Result<Reach, Error> {
-        if name == LOCAL_CLUSTER {
+        if name == LOCAL {
             return Ok(Reach {
                 client: self.client.clone(),
                 config: self.kube_config.clone(),

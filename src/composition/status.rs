@@ -302,8 +302,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::clusters::LOCAL;
     use crate::composition::HelmStep;
-    use crate::composition::placement::LOCAL_CLUSTER;
 
     fn types(status: &CompositionStatus) -> Vec<(&str, &str, &str)> {
         status
@@ -385,7 +385,7 @@ mod tests {
     #[test]
     fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
         let entry = |phase, revision| ClusterStatus {
-            name: LOCAL_CLUSTER.into(),
+            name: LOCAL.into(),
             namespace: "team".into(),
             release: "app".into(),
             revision: Some(revision),

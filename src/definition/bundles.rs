@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-
 use super::grants::{self, VersionUse};
 use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
