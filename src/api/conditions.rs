@@ -4,6 +4,21 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+/// The condition every compositor object has: whether it is what its spec asks for.
+pub const READY: &str = "Ready";
+/// A composition's: only a change of the composition can help.
+pub const STALLED: &str = "Stalled";
+/// A composition's: a Helm write is under way, or a retry is due.
+pub const RECONCILING: &str = "Reconciling";
+/// A composition's: its release was installed.
+pub const INSTALLED: &str = "Installed";
+/// A definition's: its chart was found and downloaded.
+pub const CHART_RESOLVED: &str = "ChartResolved";
+/// A definition's: its CRD is applied and serves the chart's version.
+pub const CRD_READY: &str = "CRDReady";
+/// A definition's: its controllers are deployed with their permissions.
+pub const CONTROLLER_READY: &str = "ControllerReady";
+
 /// Longest condition message kept (the apiserver allows 32 KiB; events and humans want less).
 const MESSAGE_LIMIT: usize = 2048;
 

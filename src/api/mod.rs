@@ -9,7 +9,10 @@ mod definition;
 pub use composition::{
     ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, Phase, ResourceRef,
 };
-pub use conditions::{find_condition, remove_condition, set_condition};
+pub use conditions::{
+    CHART_RESOLVED, CONTROLLER_READY, CRD_READY, INSTALLED, READY, RECONCILING, STALLED,
+    find_condition, remove_condition, set_condition,
+};
 pub use contract::{
     ControllerIdentity, MAX_RELEASE_NAME, ObjectKey, controller_name, release_name,
 };

@@ -12,8 +12,8 @@ use serde_json::json;
 
 use super::{Context, Error};
 use crate::api::{
-    ClusterStatus, CompositionChart, CompositionStatus, Phase, ResourceRef, find_condition,
-    remove_condition, set_condition,
+    ClusterStatus, CompositionChart, CompositionStatus, INSTALLED, Phase, READY, RECONCILING,
+    ResourceRef, STALLED, find_condition, remove_condition, set_condition,
 };
 use crate::runtime::events::EventType;
 
@@ -80,7 +80,7 @@ impl<'a> StatusWriter<'a> {
         self.status.phase = Some(Phase::Progressing);
         set_condition(
             &mut self.status.conditions,
-            "Reconciling",
+            RECONCILING,
             true,
             "Progressing",
             note,
@@ -103,7 +103,7 @@ impl<'a> StatusWriter<'a> {
         self.status.phase = Some(Phase::Paused);
         set_condition(
             &mut self.status.conditions,
-            "Ready",
+            READY,
             false,
             "Paused",
             "reconciliation is paused by annotation",
@@ -192,7 +192,7 @@ fn record_outcome(
         Ok(_) => {
             set_condition(
                 conditions,
-                "Installed",
+                INSTALLED,
                 true,
                 "Installed",
                 "the release is deployed",
@@ -200,14 +200,14 @@ fn record_outcome(
             );
             set_condition(
                 conditions,
-                "Ready",
+                READY,
                 true,
                 "Ready",
                 "the release is deployed and up to date",
                 generation,
             );
-            remove_condition(conditions, "Reconciling");
-            remove_condition(conditions, "Stalled");
+            remove_condition(conditions, RECONCILING);
+            remove_condition(conditions, STALLED);
             status.observed_generation = generation;
         }
         Err(error) => record_error(status, error, generation),
@@ -220,22 +220,22 @@ fn record_error(status: &mut CompositionStatus, error: &Error, generation: Optio
     let message = crate::runtime::error_message(error);
     let conditions = &mut status.conditions;
     let reason = error.reason();
-    set_condition(conditions, "Ready", false, reason, &message, generation);
+    set_condition(conditions, READY, false, reason, &message, generation);
     if error.is_terminal() {
-        set_condition(conditions, "Stalled", true, reason, &message, generation);
-        remove_condition(conditions, "Reconciling");
+        set_condition(conditions, STALLED, true, reason, &message, generation);
+        remove_condition(conditions, RECONCILING);
         status.observed_generation = generation;
     } else {
         let retrying = format!("retrying after {reason}");
         set_condition(
             conditions,
-            "Reconciling",
+            RECONCILING,
             true,
             "Retrying",
             &retrying,
             generation,
         );
-        remove_condition(conditions, "Stalled");
+        remove_condition(conditions, STALLED);
     }
 }
 
@@ -265,8 +265,8 @@ async fn publish_transition(
     after: &CompositionStatus,
 ) {
     let old =
-        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
-    let Some(new) = find_condition(&after.conditions, "Ready") else {
+        find_condition(&before.conditions, READY).map(|c| (c.status.clone(), c.reason.clone()));
+    let Some(new) = find_condition(&after.conditions, READY) else {
         return;
     };
     if new.status == "True" || old == Some((new.status.clone(), new.reason.clone())) {

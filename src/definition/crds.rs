@@ -13,8 +13,8 @@ use super::inputs::build_options;
 use super::objects::FIELD_MANAGER;
 use super::{Context, Error};
 use crate::api::{
-    CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION, ObjectKey,
-    set_condition,
+    CRD_READY, CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION,
+    ObjectKey, set_condition,
 };
 use crate::bundle::GeneratedResource;
 use crate::chart::Fetched;
@@ -110,7 +110,7 @@ pub(super) async fn apply(
     }
     set_condition(
         &mut status.conditions,
-        "CRDReady",
+        CRD_READY,
         true,
         "Established",
         &names.crd_name(),

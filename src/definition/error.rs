@@ -1,5 +1,6 @@
 //! Why a reconcile of a definition stopped, and which condition says so.
 
+use crate::api::{CHART_RESOLVED, CONTROLLER_READY, CRD_READY, READY};
 use crate::{chart, crd};
 
 /// Why a reconcile of a definition stopped.
@@ -100,19 +101,19 @@ impl Error {
     /// The condition reason, and which condition it belongs to.
     pub(super) fn reason(&self) -> (&'static str, &'static str) {
         match self {
-            Error::Chart(error) => ("ChartResolved", error.reason()),
-            Error::Crd(error) => ("CRDReady", error.reason()),
-            Error::CrdOwnedByAnother { .. } => ("CRDReady", "CRDOwnedByAnotherDefinition"),
-            Error::ChartCrdNotAllowed { .. } => ("CRDReady", "ChartCRDNotAllowed"),
-            Error::AggregatedRoles { .. } => ("ControllerReady", "AggregatedRoleNotAllowed"),
-            Error::SchemaConflict { .. } => ("CRDReady", "SchemaConflict"),
-            Error::Waiting(_) => ("CRDReady", "Progressing"),
-            Error::CompositionsRemaining(_) => ("Ready", "DeletingCompositions"),
-            Error::Bundle(_) => ("ControllerReady", "InvalidBundle"),
-            Error::ApprovalRequired { .. } => ("ControllerReady", "ApprovalRequired"),
-            Error::ClusterSecretsNotListed { .. } => ("ControllerReady", "ClusterSecretsNotListed"),
-            Error::Bundles(..) => ("ControllerReady", "KubernetesAPIError"),
-            Error::Kube(..) | Error::Finalizer(_) => ("Ready", "KubernetesAPIError"),
+            Error::Chart(error) => (CHART_RESOLVED, error.reason()),
+            Error::Crd(error) => (CRD_READY, error.reason()),
+            Error::CrdOwnedByAnother { .. } => (CRD_READY, "CRDOwnedByAnotherDefinition"),
+            Error::ChartCrdNotAllowed { .. } => (CRD_READY, "ChartCRDNotAllowed"),
+            Error::AggregatedRoles { .. } => (CONTROLLER_READY, "AggregatedRoleNotAllowed"),
+            Error::SchemaConflict { .. } => (CRD_READY, "SchemaConflict"),
+            Error::Waiting(_) => (CRD_READY, "Progressing"),
+            Error::CompositionsRemaining(_) => (READY, "DeletingCompositions"),
+            Error::Bundle(_) => (CONTROLLER_READY, "InvalidBundle"),
+            Error::ApprovalRequired { .. } => (CONTROLLER_READY, "ApprovalRequired"),
+            Error::ClusterSecretsNotListed { .. } => (CONTROLLER_READY, "ClusterSecretsNotListed"),
+            Error::Bundles(..) => (CONTROLLER_READY, "KubernetesAPIError"),
+            Error::Kube(..) | Error::Finalizer(_) => (READY, "KubernetesAPIError"),
         }
     }
 

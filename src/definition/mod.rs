@@ -43,8 +43,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
 use crate::api::{
-    CompositionDefinition, CompositionDefinitionStatus, DEFINITION_LABEL, FINALIZER,
-    OWNER_ANNOTATION, ObjectKey, ResolvedChart, is_paused, set_condition,
+    CHART_RESOLVED, CONTROLLER_READY, CompositionDefinition, CompositionDefinitionStatus,
+    DEFINITION_LABEL, FINALIZER, OWNER_ANNOTATION, ObjectKey, READY, ResolvedChart, is_paused,
+    set_condition,
 };
 use crate::chart::{self, Cache};
 use crate::crd::Names;
@@ -234,7 +235,7 @@ async fn reconcile_inner(
         let mut status = definition.status.clone().unwrap_or_default();
         set_condition(
             &mut status.conditions,
-            "Ready",
+            READY,
             false,
             "Paused",
             "reconciliation is paused by annotation",
@@ -306,7 +307,7 @@ async fn apply(
             };
             set_condition(
                 &mut status.conditions,
-                "Ready",
+                READY,
                 true,
                 "Ready",
                 &message,
@@ -317,7 +318,7 @@ async fn apply(
         Err(error) => {
             let (condition, reason) = error.reason();
             let message = crate::runtime::error_message(error);
-            if condition != "Ready" {
+            if condition != READY {
                 set_condition(
                     &mut status.conditions,
                     condition,
@@ -329,7 +330,7 @@ async fn apply(
             }
             set_condition(
                 &mut status.conditions,
-                "Ready",
+                READY,
                 false,
                 reason,
                 &message,
@@ -417,7 +418,7 @@ async fn converge(
     status.unserved_kinds = served.unserved.into_iter().collect();
     set_condition(
         &mut status.conditions,
-        "ControllerReady",
+        CONTROLLER_READY,
         true,
         "BundleApplied",
         &format!("{} controller(s)", served.versions.len()),
@@ -462,7 +463,7 @@ async fn resolve_chart(
     });
     set_condition(
         &mut status.conditions,
-        "ChartResolved",
+        CHART_RESOLVED,
         true,
         "ChartResolved",
         &format!("{} {}", fetched.package.name(), fetched.version),

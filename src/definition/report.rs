@@ -6,7 +6,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, Error, FIELD_MANAGER};
-use crate::api::{CompositionDefinition, CompositionDefinitionStatus, find_condition};
+use crate::api::{CompositionDefinition, CompositionDefinitionStatus, READY, find_condition};
 use crate::runtime::events::EventType;
 
 /// Writes `status` on the status subresource, as the operator's own.
@@ -49,8 +49,8 @@ pub(super) async fn publish_transition(
         .await;
     }
     let old =
-        find_condition(&before.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()));
-    let Some(new) = find_condition(&after.conditions, "Ready") else {
+        find_condition(&before.conditions, READY).map(|c| (c.status.clone(), c.reason.clone()));
+    let Some(new) = find_condition(&after.conditions, READY) else {
         return;
     };
     if old == Some((new.status.clone(), new.reason.clone())) {
