@@ -28,7 +28,7 @@ mod timeline;
 
 use std::process::ExitCode;
 
-use bench_support::{CHART, CHART_VERSION, Error, TestBed, describe};
+use bench_support::{CHART, CHART_VERSION, Counts, Error, TestBed};
 use calls::{Calls, Cost};
 use timeline::Part;
 
@@ -158,10 +158,21 @@ fn print_controller(by: &controller::ByController, direct: &calls::Direct) {
     let requests: f64 = by.requests.values().sum();
     println!(
         "| the controller's API requests per composition | {requests:.1} ({}) |",
-        describe(&by.requests)
+        listed(&by.requests)
     );
     println!(
         "| Helm calls per composition | {} |",
-        describe(&by.helm_calls)
+        listed(&by.helm_calls)
     );
+}
+
+/// `counts` (per composition) on one line, largest first.
+fn listed(counts: &Counts) -> String {
+    let mut each: Vec<(&Vec<String>, &f64)> = counts.iter().collect();
+    each.sort_by(|a, b| b.1.total_cmp(a.1));
+    let each: Vec<String> = each
+        .iter()
+        .map(|(key, value)| format!("{} {value:.2}", key.join(" ")))
+        .collect();
+    each.join(", ")
 }

@@ -45,6 +45,11 @@ impl Samples {
         }
     }
 
+    /// When the child was last seen running.
+    pub fn last_seen(&self) -> Option<Instant> {
+        self.0.last().map(|(taken, _)| *taken)
+    }
+
     /// The child's CPU time (ms) when it was last seen.
     pub fn last(&self) -> f64 {
         self.0.last().map_or(0.0, |(_, ns)| *ns as f64 / 1e6)

@@ -6,7 +6,8 @@
 //! it falls: before its first request (the process start, command line and client set-up), up
 //! to the gate (the render, with Helm's start of the post-renderer), from the gate to the next
 //! request, after a request (named by that request: the work on its answer and what follows),
-//! after its last answer. What the sampler missed (the exit, the post-render relay, a process
+//! after its last answer; then the caller's part, from Helm's exit (within the sampler's
+//! millisecond) until the call returns. What the sampler missed (the exit, the post-render relay, a process
 //! of its own) is the difference to the CPU the processes reported when they were waited for.
 
 use std::collections::BTreeMap;
@@ -42,6 +43,7 @@ pub struct Part {
 pub fn parts(trace: &Trace) -> Vec<Part> {
     let mut events: Vec<Instant> = vec![trace.spawned, trace.exited];
     events.extend(trace.gate);
+    events.extend(trace.cpu.last_seen());
     for exchange in &trace.exchanges {
         events.extend([exchange.started, exchange.answered]);
     }
@@ -79,6 +81,9 @@ fn name_of(trace: &Trace, from: Instant, to: Instant) -> String {
         .find(|e| e.started <= from && e.answered >= to);
     if let Some(exchange) = out {
         return format!("apiserver: {}", kind(exchange));
+    }
+    if trace.cpu.last_seen().is_some_and(|gone| from >= gone) {
+        return "after Helm's exit: the caller reaps it and reads its output".to_string();
     }
     let first = trace.exchanges.first().map(|e| e.started);
     if first.is_none_or(|first| to <= first) {
