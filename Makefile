@@ -50,7 +50,8 @@ down:
 	if [ -d "$(TESTBED_DIR)/edge" ]; then TESTBED_DIR=$(TESTBED_DIR)/edge e2e/testbed.sh down; fi
 	e2e/testbed.sh down
 
-## bench: release build, then schema conversion figures for the chart corpus, the operator's
+## bench: release build, then schema conversion figures for the chart corpus, where one
+## install's CPU and wall time go against a `helm install` (install_profile), the operator's
 ## definition → ready times and idle restart writes, a chart-version patch moving 3 and 50
 ## compositions against as many `helm upgrade`s, and 20 compositions rolled out to 2 clusters
 ## against 40 `helm install`s with local-only compositions timed beside a dead cluster, a
@@ -64,7 +65,7 @@ bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \
 	  echo "[make bench] build took $$((SECONDS - start))s"
 	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) COMPOSITOR_BIN=$(RELEASE_DIR)/compositor \
-	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench operator_bench move_bench rollout_bench drift_bench; do \
+	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench install_profile operator_bench move_bench rollout_bench drift_bench; do \
 	    echo "[make bench] $$bench"; $(RELEASE_DIR)/examples/$$bench; done'
 	@echo "[make bench] controller_bench"
 	COMPOSITOR_BIN=$(RELEASE_DIR)/compositor e2e/bench-controller.sh $(RELEASE_DIR)/examples/controller_bench

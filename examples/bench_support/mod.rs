@@ -622,6 +622,14 @@ impl Process {
         cpu_seconds(&self.child.id().to_string())
     }
 
+    /// CPU seconds the process used itself, and those its waited-for children (its Helm
+    /// processes, with theirs) used.
+    pub fn cpu_split(&self) -> Result<(f64, f64), Error> {
+        let pid = self.child.id().to_string();
+        // utime and stime; cutime and cstime.
+        Ok((stat_seconds(&pid, 14..16)?, stat_seconds(&pid, 16..18)?))
+    }
+
     /// The process's resident memory, from `/proc`.
     pub fn memory(&self) -> Result<Memory, Error> {
         let path = format!("/proc/{}/status", self.child.id());

@@ -1,11 +1,12 @@
 //! A counting proxy in front of the test bed's apiserver, so that what one process writes is told
 //! apart from what the control plane writes meanwhile: the process gets a kubeconfig pointing at
 //! the proxy, which forwards every request with the admin client and counts it by verb and
-//! resource.
+//! resource, and keeps when each request started and was answered.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -17,6 +18,17 @@ use serde_json::json;
 use super::{Counts, Error};
 
 type Requests = Arc<Mutex<Counts>>;
+type Exchanges = Arc<Mutex<Vec<Exchange>>>;
+
+/// One request through the proxy: what it asked for, when it arrived and when the apiserver's
+/// answer began to stream back.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    pub method: Method,
+    pub path: String,
+    pub started: Instant,
+    pub answered: Instant,
+}
 
 /// The verbs that only read.
 const READS: [Method; 3] = [Method::GET, Method::HEAD, Method::OPTIONS];
@@ -25,6 +37,7 @@ const READS: [Method; 3] = [Method::GET, Method::HEAD, Method::OPTIONS];
 pub struct CountingProxy {
     address: SocketAddr,
     requests: Requests,
+    exchanges: Exchanges,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -34,15 +47,24 @@ impl CountingProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let requests = Requests::default();
-        let app = axum::Router::new()
-            .fallback(forward)
-            .with_state((client, requests.clone()));
+        let exchanges = Exchanges::default();
+        let app = axum::Router::new().fallback(forward).with_state((
+            client,
+            requests.clone(),
+            exchanges.clone(),
+        ));
+        // Without it, an answer's body waits for the acknowledgement of its headers, which the
+        // client delays by some 40 ms.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         Ok(CountingProxy {
             address,
             requests,
+            exchanges,
             server,
         })
     }
@@ -69,6 +91,17 @@ impl CountingProxy {
             .filter(|(key, _)| is_read(&key[0]) != write)
             .collect()
     }
+
+    /// The requests answered since the last call, in the order they arrived.
+    pub fn take_exchanges(&self) -> Vec<Exchange> {
+        let mut exchanges = self
+            .exchanges
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default();
+        exchanges.sort_by_key(|exchange| exchange.started);
+        exchanges
+    }
 }
 
 impl Drop for CountingProxy {
@@ -78,10 +111,22 @@ impl Drop for CountingProxy {
 }
 
 async fn forward(
-    State((client, requests)): State<(Client, Requests)>,
+    State((client, requests, exchanges)): State<(Client, Requests, Exchanges)>,
     request: Request,
 ) -> Response {
-    match relay(&client, &requests, request).await {
+    let started = Instant::now();
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let response = relay(&client, &requests, request).await;
+    let exchange = Exchange {
+        method,
+        path,
+        started,
+        answered: Instant::now(),
+    };
+    if let Ok(mut exchanges) = exchanges.lock() {
+        exchanges.push(exchange);
+    }
+    match response {
         Ok(response) => response,
         Err(error) => (StatusCode::BAD_GATEWAY, error.to_string()).into_response(),
     }

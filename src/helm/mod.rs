@@ -369,7 +369,7 @@ impl Engine {
         workspace: &Workspace,
         args: &[S],
     ) -> Result<String, Error> {
-        let home = workspace.dir.path();
+        let home = workspace.path();
         let mut command = Command::new(&self.binary);
         command
             .args(args)

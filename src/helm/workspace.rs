@@ -2,13 +2,20 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{Error, PostRenderer, Target, post_render};
 
 /// A private directory (mode 0700) holding one call's values, kubeconfig and Helm state.
+///
+/// Removing it means unlinking what Helm wrote there besides (its discovery and OpenAPI caches,
+/// some hundred files), which takes tens of milliseconds on a busy disk: within a Tokio runtime
+/// that is done on its blocking threads, so that a call returns as soon as Helm has answered and
+/// no worker thread waits on the disk.
 pub(super) struct Workspace {
-    pub(super) dir: tempfile::TempDir,
+    path: PathBuf,
+    /// `None` once handed over for removal.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Workspace {
@@ -19,7 +26,15 @@ impl Workspace {
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .map_err(|source| Error::Spawn { verb, source })?;
-        Ok(Workspace { dir })
+        Ok(Workspace {
+            path: dir.path().to_path_buf(),
+            dir: Some(dir),
+        })
+    }
+
+    /// The directory.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// A workspace holding the target's kubeconfig, where helm's `KUBECONFIG` points.
@@ -33,7 +48,7 @@ impl Workspace {
     /// private too.
     pub(super) fn write(&self, name: &str, content: &[u8]) -> Result<PathBuf, Error> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        let path = self.dir.path().join(name);
+        let path = self.path.join(name);
         if let Some(folder) = path.parent() {
             let mut folders = std::fs::DirBuilder::new();
             folders.recursive(true).mode(0o700);
@@ -57,6 +72,19 @@ impl Workspace {
             source,
         })?;
         Ok(path)
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let Some(dir) = self.dir.take() else {
+            return;
+        };
+        // A runtime shutting down drops the task unrun, and with it `dir`: removed all the same.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || drop(dir))),
+            Err(_) => drop(dir),
+        }
     }
 }
 
@@ -115,9 +143,37 @@ mod tests {
             .unwrap();
         let mode =
             |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(workspace.dir.path()), 0o700);
-        assert_eq!(mode(&workspace.dir.path().join("plugins")), 0o700);
-        assert_eq!(mode(&workspace.dir.path().join("plugins/renderer")), 0o700);
+        assert_eq!(mode(workspace.path()), 0o700);
+        assert_eq!(mode(&workspace.path().join("plugins")), 0o700);
+        assert_eq!(mode(&workspace.path().join("plugins/renderer")), 0o700);
         assert_eq!(mode(&file), 0o600);
+    }
+
+    /// A workspace with a file in a folder, as Helm leaves one; its path.
+    fn used_workspace() -> (Workspace, PathBuf) {
+        let workspace = Workspace::new("test").unwrap();
+        workspace.write(".kube/cache/http/document", b"{}").unwrap();
+        let path = workspace.path().to_path_buf();
+        (workspace, path)
+    }
+
+    #[test]
+    fn outside_a_runtime_a_dropped_workspace_is_removed_at_once() {
+        let (workspace, path) = used_workspace();
+        drop(workspace);
+        assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn within_a_runtime_a_dropped_workspace_is_removed_on_a_blocking_thread() {
+        let (workspace, path) = used_workspace();
+        drop(workspace);
+        for _ in 0..500 {
+            if !path.exists() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{} is still there after 5 s", path.display());
     }
 }
