@@ -136,7 +136,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let target = Target::of(request.method(), request.uri());
+        let action = ApiAction::of(request.method(), request.uri());
         let metrics = self.metrics.clone();
         let cluster = self.cluster.clone();
         let response = self.inner.call(request);
@@ -146,7 +146,7 @@ where
                 Ok(response) => response.status().as_str().to_string(),
                 Err(_) => NO_RESPONSE.to_string(),
             };
-            metrics.api_request(&cluster, target.verb, &target.resource, &code);
+            metrics.api_request(&cluster, action.verb, &action.resource, &code);
             result
         })
     }
@@ -154,7 +154,7 @@ where
 
 /// What a request does, in Kubernetes' terms: its verb and the resource it acts on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
+pub struct ApiAction {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, or
     /// the lowercased HTTP method of anything else.
     pub verb: &'static str,
@@ -168,23 +168,23 @@ pub struct Target {
 /// of the same name (`/api/v1/namespaces/x/status` is x's status, not resource `status`).
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
-impl Target {
+impl ApiAction {
     /// Classifies a request the way the apiserver does (its `RequestInfo`): a path naming an
     /// object is a `get`, a collection a `list` (or a `watch` with `watch=true`).
-    pub fn of(method: &Method, uri: &http::Uri) -> Target {
+    pub fn of(method: &Method, uri: &http::Uri) -> ApiAction {
         let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
         let rest = match segments.as_slice() {
             ["api", _version, rest @ ..] => rest,
             ["apis", _group, _version, rest @ ..] => rest,
             ["api" | "apis", ..] => &[][..],
             [first, ..] => {
-                return Target {
+                return ApiAction {
                     verb: plain_verb(method),
                     resource: (*first).to_string(),
                 };
             }
             [] => {
-                return Target {
+                return ApiAction {
                     verb: plain_verb(method),
                     resource: String::new(),
                 };
@@ -207,7 +207,7 @@ impl Target {
         };
         let (resource, named) = match parts.as_slice() {
             [] => {
-                return Target {
+                return ApiAction {
                     verb: plain_verb(method),
                     resource: "discovery".to_string(),
                 };
@@ -233,7 +233,7 @@ impl Target {
             ("DELETE", false) => "deletecollection",
             _ => plain_verb(method),
         };
-        Target { verb, resource }
+        ApiAction { verb, resource }
     }
 }
 
@@ -256,7 +256,7 @@ mod tests {
     use super::*;
 
     fn target(method: Method, path: &str) -> (&'static str, String) {
-        let target = Target::of(&method, &path.parse().expect("uri"));
+        let target = ApiAction::of(&method, &path.parse().expect("uri"));
         (target.verb, target.resource)
     }
 

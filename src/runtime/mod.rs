@@ -14,7 +14,7 @@ mod text;
 
 pub use allocator::{spawn_trimming, tune_allocator};
 pub use client::{
-    NO_RESPONSE, Target, WATCHES_PER_CONNECTION, client, cluster_client, watch_client,
+    ApiAction, NO_RESPONSE, WATCHES_PER_CONNECTION, client, cluster_client, watch_client,
 };
 pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
