@@ -8,7 +8,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
 use std::time::Duration;
 
 use http::{Method, Request, Response};
@@ -50,16 +49,20 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A client for long-lived watches on `cluster`, as `config` says (same TLS, credentials and
 /// impersonation as [`cluster_client`]), whose requests share one HTTP/2 connection. Kube's own
 /// client speaks HTTP/1.1, one connection per open watch: a watch there holds about 52 KiB
-/// (TLS and read buffers), here about 12 KiB, and a thousand start in a tenth of the time. The
-/// connection carries every request of this client, so the caller bounds how many watches it
-/// opens on one ([`WATCHES_PER_CONNECTION`]): beyond the server's stream limit a request would
-/// wait for one to end.
+/// (TLS and read buffers), here about 12 KiB, and three thousand list in a quarter of the time.
+/// The connection carries every request of this client, so the caller bounds how many watches
+/// it opens on one ([`WATCHES_PER_CONNECTION`]): beyond the server's stream limit a request
+/// would wait for one to end. A config with a proxy or a TLS server name gets kube's own client,
+/// which knows both.
 pub fn watch_client(
     cluster: &str,
     config: &kube::Config,
     metrics: Arc<Metrics>,
 ) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt;
+    if config.proxy_url.is_some() || config.tls_server_name.is_some() {
+        return cluster_client(cluster, config.clone(), metrics);
+    }
     let mut tls = config.rustls_client_config()?;
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let mut http = HttpConnector::new();
@@ -89,7 +92,7 @@ pub fn watch_client(
 }
 
 /// How many watches share one [`watch_client`]: well below the 250 concurrent streams Go's
-/// HTTP/2 server allows by default, the lowest an API server may set.
+/// HTTP/2 server allows by default (kube-apiserver's own default is higher).
 pub const WATCHES_PER_CONNECTION: usize = 100;
 
 /// Counts each request once its response (or failure) arrives. It sits outside kube's retry
