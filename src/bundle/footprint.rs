@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::naming::{NAMESPACE, PROBE_NAMESPACE, Probe, ReleasePlace};
-use super::rbac::{HELM_VERBS, kind_rules, rule};
+use super::rules::{HELM_VERBS, kind_rules, rule};
 use super::{ResolvedKind, TypeRef};
 use crate::api::{NamespaceFootprint, VersionFootprint};
 use crate::helm::RenderedDocument;

@@ -9,12 +9,14 @@ mod footprint;
 mod kinds;
 mod naming;
 mod rbac;
+mod rules;
 
 pub use approval::{APPROVE_VERB, GRANTS_RESOURCE};
 pub use footprint::{ClusterUse, Footprint, NamespaceUse, describe};
 pub use kinds::{TypeRef, chart_kinds, crd_kinds, literal_kinds};
 pub use naming::{NAMESPACE, PROBE_NAMESPACE, PROBE_RELEASE, Probe, RELEASE, ReleasePlace};
-pub use rbac::{Permissions, ResolvedKind, uncovered};
+pub use rbac::Permissions;
+pub use rules::{ResolvedKind, uncovered};
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -7,31 +7,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use super::GeneratedResource;
 use super::footprint::Footprint;
 use super::naming::ReleasePlace;
-
-/// The verbs Helm needs on every kind it installs.
-pub(super) const HELM_VERBS: [&str; 7] = [
-    "get", "list", "watch", "create", "update", "patch", "delete",
-];
-
-/// A kind the chart creates, resolved to its resource through API discovery.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ResolvedKind {
-    /// API group (`""` for the core group).
-    pub group: String,
-    /// Plural resource name.
-    pub plural: String,
-    /// Whether objects live in a namespace.
-    pub namespaced: bool,
-}
-
-impl std::fmt::Display for ResolvedKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.group.as_str() {
-            "" => f.write_str(&self.plural),
-            group => write!(f, "{}.{group}", self.plural),
-        }
-    }
-}
+use super::rules::{HELM_VERBS, rule};
 
 /// What one version's controller may do.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -247,70 +223,6 @@ fn get_named(group: &str, resource: &str, names: BTreeSet<String>) -> PolicyRule
     }
 }
 
-/// The rules of `wanted` that `granted` does not cover, compared as RBAC compares them: every
-/// verb on every group and resource (for each of its names), or on every non-resource URL, of a
-/// wanted rule must be allowed by one granted rule. A `*` wanted is covered only by a `*`
-/// granted.
-pub fn uncovered(granted: &[PolicyRule], wanted: &[PolicyRule]) -> Vec<PolicyRule> {
-    wanted
-        .iter()
-        .filter(|rule| !covered(granted, rule))
-        .cloned()
-        .collect()
-}
-
-fn covered(granted: &[PolicyRule], wanted: &PolicyRule) -> bool {
-    let names: Vec<Option<&str>> = match wanted.resource_names.as_deref() {
-        Some(names) if !names.is_empty() => names.iter().map(|n| Some(n.as_str())).collect(),
-        _ => vec![None],
-    };
-    let groups = wanted.api_groups.as_deref().unwrap_or_default();
-    let resources = wanted.resources.as_deref().unwrap_or_default();
-    let urls = wanted.non_resource_urls.as_deref().unwrap_or_default();
-    wanted.verbs.iter().all(|verb| {
-        let resource_allowed = |group: &String, resource: &String, name: Option<&str>| {
-            granted
-                .iter()
-                .any(|rule| allows(rule, verb, group, resource, name))
-        };
-        groups.iter().all(|group| {
-            resources.iter().all(|resource| {
-                names
-                    .iter()
-                    .all(|name| resource_allowed(group, resource, *name))
-            })
-        }) && urls
-            .iter()
-            .all(|url| granted.iter().any(|rule| allows_url(rule, verb, url)))
-    })
-}
-
-fn listed(listed: Option<&Vec<String>>, wanted: &str) -> bool {
-    listed
-        .into_iter()
-        .flatten()
-        .any(|l| l == "*" || l == wanted)
-}
-
-fn allows(rule: &PolicyRule, verb: &str, group: &str, resource: &str, name: Option<&str>) -> bool {
-    let named = match rule.resource_names.as_deref() {
-        None | Some([]) => true,
-        Some(names) => name.is_some_and(|name| names.iter().any(|n| n == name)),
-    };
-    listed(Some(&rule.verbs), verb)
-        && listed(rule.api_groups.as_ref(), group)
-        && listed(rule.resources.as_ref(), resource)
-        && named
-}
-
-fn allows_url(rule: &PolicyRule, verb: &str, url: &str) -> bool {
-    let matches = |granted: &String| match granted.strip_suffix('*') {
-        Some(prefix) => url.starts_with(prefix),
-        None => granted == url,
-    };
-    listed(Some(&rule.verbs), verb) && rule.non_resource_urls.iter().flatten().any(matches)
-}
-
 /// The controller's leader election Lease `name` (`compositor controller --leader-elect`, in the
 /// definition's namespace): `create` (Kubernetes cannot limit it by name), and reading, watching
 /// (a standby watches the one name, so a released lease is taken at once) and renewing that one
@@ -326,32 +238,4 @@ pub(super) fn lease_rules(name: &str) -> Vec<PolicyRule> {
         rule("coordination.k8s.io", ["leases".to_string()], &["create"]),
         named,
     ]
-}
-
-/// One rule per API group with Helm's verbs on every resource of that group.
-pub(super) fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRule> {
-    let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for kind in kinds {
-        by_group
-            .entry(&kind.group)
-            .or_default()
-            .insert(kind.plural.clone());
-    }
-    by_group
-        .into_iter()
-        .map(|(group, resources)| rule(group, resources, &HELM_VERBS))
-        .collect()
-}
-
-pub(super) fn rule(
-    group: &str,
-    resources: impl IntoIterator<Item = String>,
-    verbs: &[&str],
-) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.into_iter().collect()),
-        verbs: verbs.iter().map(|verb| verb.to_string()).collect(),
-        ..PolicyRule::default()
-    }
 }
