@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use compositor::api::LOCAL_CLUSTER;
 use compositor::clusters::{
-    CLUSTER_LABEL, ClusterClient, Error, KUBECONFIG_KEY_ANNOTATION, LOCAL,
-    MULTICLUSTER_RUNTIME_LABEL, Registry, content_hash,
+    CLUSTER_LABEL, ClusterClient, Error, KUBECONFIG_KEY_ANNOTATION, MULTICLUSTER_RUNTIME_LABEL,
+    Registry, content_hash,
 };
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -201,7 +202,7 @@ impl Scene {
         self.create(&registration("edge", labels, "kubeconfig", &kubeconfig))
             .await;
         select(&self.selecting, &["edge"]);
-        wait_for_names(&self.registry, &[LOCAL, "edge"]).await;
+        wait_for_names(&self.registry, &[LOCAL_CLUSTER, "edge"]).await;
         let edge = self.registry.client("edge").await.expect("client for edge");
         let listed = namespaces(&edge.client).await.expect("list on edge");
         assert!(listed.contains(&"default".to_string()), "{listed:?}");
@@ -215,7 +216,7 @@ impl Scene {
             .await
             .expect("edge reachable");
         self.registry
-            .reachable(LOCAL)
+            .reachable(LOCAL_CLUSTER)
             .await
             .expect("local reachable");
         edge
@@ -234,9 +235,9 @@ impl Scene {
         .await;
         // Not a cluster of this registry until it is selected.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(names(&self.registry), [LOCAL, "edge"]);
+        assert_eq!(names(&self.registry), [LOCAL_CLUSTER, "edge"]);
         select(&self.selecting, &["edge", "flux"]);
-        wait_for_names(&self.registry, &[LOCAL, "edge", "flux"]).await;
+        wait_for_names(&self.registry, &[LOCAL_CLUSTER, "edge", "flux"]).await;
         let flux = self.registry.client("flux").await.expect("client for flux");
         assert!(namespaces(&flux.client).await.is_ok());
         let admins = serde_json::from_value(json!({"matchLabels": {"tier": "admin"}})).unwrap();
@@ -284,7 +285,7 @@ impl Scene {
     async fn unregister_flux(&self) {
         let unlabel = json!({"metadata": {"labels": {MULTICLUSTER_RUNTIME_LABEL: null}}});
         self.patch("flux", unlabel).await;
-        wait_for_names(&self.registry, &[LOCAL, "edge"]).await;
+        wait_for_names(&self.registry, &[LOCAL_CLUSTER, "edge"]).await;
         let err = self
             .registry
             .client("flux")
@@ -302,7 +303,7 @@ async fn a_remote_cluster_is_registered_rotated_unregistered_and_stopped() {
     let remote_admin = remote.client().await;
     remote_identities(&remote_admin).await;
     let (registry, secrets, selecting) = registry().await;
-    assert_eq!(names(&registry), [LOCAL]);
+    assert_eq!(names(&registry), [LOCAL_CLUSTER]);
     let scene = Scene {
         registry,
         secrets,
@@ -328,7 +329,7 @@ async fn a_remote_cluster_is_registered_rotated_unregistered_and_stopped() {
     }
     let client = scene.registry.client("edge").await;
     client.expect("a client needs no answer");
-    let local = scene.registry.reachable(LOCAL).await;
+    let local = scene.registry.reachable(LOCAL_CLUSTER).await;
     local.expect("local is unaffected");
 }
 
@@ -397,7 +398,14 @@ async fn failures_are_told_apart_in_bounded_time() {
     }
     let selected: Vec<&str> = cases.iter().map(|(name, _)| *name).collect();
     select(&selecting, &selected);
-    let expected = [LOCAL, "bad-token", "closed", "exec", "silent", "wrong-ca"];
+    let expected = [
+        LOCAL_CLUSTER,
+        "bad-token",
+        "closed",
+        "exec",
+        "silent",
+        "wrong-ca",
+    ];
     wait_for_names(&registry, &expected).await;
 
     let (reason, took, message) = reachable_outcome(&registry, "closed").await;
@@ -424,8 +432,11 @@ async fn failures_are_told_apart_in_bounded_time() {
         ["UnsupportedAuth", "ReservedClusterName"],
         "{refused:?}"
     );
-    let local = registry.client(LOCAL).await.expect("local");
+    let local = registry.client(LOCAL_CLUSTER).await.expect("local");
     assert_eq!(local.revision, None);
-    registry.reachable(LOCAL).await.expect("local reachable");
+    registry
+        .reachable(LOCAL_CLUSTER)
+        .await
+        .expect("local reachable");
     drop(silent);
 }

@@ -76,6 +76,9 @@ pub struct CompositionChart {
     pub digest: String,
 }
 
+/// The name of the management cluster in placements and status; it is always registered.
+pub const LOCAL_CLUSTER: &str = "local";
+
 /// The release of a composition on one cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

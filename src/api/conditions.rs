@@ -22,6 +22,18 @@ pub const CONTROLLER_READY: &str = "ControllerReady";
 /// Longest condition message kept (the apiserver allows 32 KiB; events and humans want less).
 const MESSAGE_LIMIT: usize = 2048;
 
+/// `text` cut to at most `limit` bytes on a character boundary, with `…` when cut.
+pub fn shorten(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Sets condition `type_` in `conditions`, keeping `lastTransitionTime` when the status does
 /// not change.
 pub fn set_condition(
@@ -33,7 +45,7 @@ pub fn set_condition(
     observed_generation: Option<i64>,
 ) {
     let status = if status { "True" } else { "False" }.to_string();
-    let message = crate::runtime::shorten(message, MESSAGE_LIMIT);
+    let message = shorten(message, MESSAGE_LIMIT);
     let transitioned = |existing: &Condition| existing.status != status;
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => {
@@ -70,6 +82,13 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary() {
+        assert_eq!(shorten("short", 10), "short");
+        let cut = shorten(&"é".repeat(10), 5);
+        assert_eq!(cut, "éé…");
+    }
 
     #[test]
     fn transition_time_moves_only_with_the_status() {

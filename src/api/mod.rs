@@ -7,11 +7,12 @@ mod contract;
 mod definition;
 
 pub use composition::{
-    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, Phase, ResourceRef,
+    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, LOCAL_CLUSTER, Phase,
+    ResourceRef,
 };
 pub use conditions::{
     CHART_RESOLVED, CONTROLLER_READY, CRD_READY, INSTALLED, READY, RECONCILING, STALLED,
-    find_condition, remove_condition, set_condition,
+    find_condition, remove_condition, set_condition, shorten,
 };
 pub use contract::{
     ControllerIdentity, MAX_RELEASE_NAME, ObjectKey, controller_name, release_name,

@@ -5,7 +5,7 @@
 //! (the label, and value, of multicluster-runtime's kubeconfig provider). Its kubeconfig is under
 //! the key `kubeconfig`, or the key the annotation `compositor.dev/kubeconfig-key` names (`value`
 //! for Flux's convention, `admin.conf` for Kamaji's). The cluster's name is the Secret's. The
-//! management cluster is always there as [`LOCAL`]; a Secret named `local` is refused.
+//! management cluster is always there as [`LOCAL_CLUSTER`](crate::api::LOCAL_CLUSTER); a Secret named `local` is refused.
 //!
 //! Design:
 //!
@@ -66,10 +66,8 @@ pub use kubeconfig::{
 pub use named::Selection;
 pub use selection::selected_secrets;
 
+use crate::api::LOCAL_CLUSTER;
 use named::{ClientCache, NamedSecrets};
-
-/// The name of the management cluster, always registered.
-pub const LOCAL: &str = "local";
 
 /// How long [`Registry::reachable`] waits for `/version`.
 pub const REACHABLE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -77,7 +75,7 @@ pub const REACHABLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// A cluster compositions can be installed on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cluster {
-    /// The cluster's name: [`LOCAL`], or its Secret's name.
+    /// The cluster's name: [`LOCAL_CLUSTER`], or its Secret's name.
     pub name: String,
     /// The registration Secret's labels; empty for `local`.
     pub labels: BTreeMap<String, String>,
@@ -257,7 +255,7 @@ impl Registry {
         let mut clusters = Vec::new();
         if selector.is_none() {
             clusters.push(Cluster {
-                name: LOCAL.to_string(),
+                name: LOCAL_CLUSTER.to_string(),
                 labels: BTreeMap::new(),
                 secret: None,
             });
@@ -265,7 +263,7 @@ impl Registry {
         let registered: BTreeMap<String, Cluster> = self
             .secrets()
             .into_iter()
-            .filter(|(name, _)| name != LOCAL)
+            .filter(|(name, _)| name != LOCAL_CLUSTER)
             .map(|(name, secret)| {
                 let cluster = Cluster {
                     secret: Some(format!("{}/{name}", self.inner.namespace)),
@@ -284,7 +282,7 @@ impl Registry {
     /// since the last call (or on the first); makes no API call, so it fails only for an
     /// unknown cluster or an unusable Secret.
     pub async fn client(&self, name: &str) -> Result<ClusterClient, Error> {
-        if name == LOCAL {
+        if name == LOCAL_CLUSTER {
             return Ok(self.inner.local.clone());
         }
         let namespace = &self.inner.namespace;
@@ -352,9 +350,9 @@ impl Registry {
     pub async fn refused(&self) -> Vec<Error> {
         let mut refused = Vec::new();
         for (name, _) in self.secrets() {
-            if name == LOCAL {
+            if name == LOCAL_CLUSTER {
                 refused.push(Error::ReservedName {
-                    secret: format!("{}/{LOCAL}", self.inner.namespace),
+                    secret: format!("{}/{LOCAL_CLUSTER}", self.inner.namespace),
                 });
             } else if let Err(err) = self.client(&name).await {
                 refused.push(err);
@@ -385,7 +383,7 @@ impl Registry {
 /// The `local` entry: the management client as given.
 fn local_client(client: kube::Client, config: kube::Config) -> ClusterClient {
     ClusterClient {
-        name: LOCAL.to_string(),
+        name: LOCAL_CLUSTER.to_string(),
         client,
         config: Arc::new(config),
         revision: None,

@@ -15,7 +15,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use tokio::task::AbortHandle;
 
-use super::{ClusterClient, Error, LOCAL, error, is_registered, kubeconfig};
+use super::{ClusterClient, Error, error, is_registered, kubeconfig};
+use crate::api::LOCAL_CLUSTER;
 
 /// The registration Secrets a registry may read, by name, as the operator publishes them in its
 /// definition's status (`status.clusterSecrets`); `None` until that is known.
@@ -205,9 +206,9 @@ pub(super) fn prune(cache: &ClientCache, store: &Store<Secret>, namespace: &str,
 /// The checks that need no parsing: the name and the key.
 pub(super) fn precheck(secret: &Secret, namespace: &str) -> Result<(), Error> {
     let name = secret.metadata.name.as_deref().unwrap_or_default();
-    if name == LOCAL {
+    if name == LOCAL_CLUSTER {
         return Err(Error::ReservedName {
-            secret: format!("{namespace}/{LOCAL}"),
+            secret: format!("{namespace}/{LOCAL_CLUSTER}"),
         });
     }
     kubeconfig::kubeconfig_bytes(secret, namespace).map(|_| ())

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-use super::{Error, LOCAL, is_registered};
+use super::{Error, is_registered};
+use crate::api::LOCAL_CLUSTER;
 use crate::api::{ClusterPlacement, Placement};
 
 /// `selector` as a matcher, or why it cannot be one.
@@ -42,7 +43,7 @@ pub fn selected_secrets<'a>(
     };
     let selected = secrets
         .into_iter()
-        .filter(|(name, labels)| *name != LOCAL && is_registered(labels))
+        .filter(|(name, labels)| *name != LOCAL_CLUSTER && is_registered(labels))
         .filter(|(_, labels)| selector.as_ref().is_none_or(|s| s.matches(labels)))
         .map(|(name, _)| name.to_string())
         .collect();

@@ -356,7 +356,7 @@ async fn a_secret_named_local_is_refused_and_local_stays_the_management_cluster(
         &[("kubeconfig", &config)],
     ));
 
-    let local = f.registry.client(LOCAL).await.unwrap();
+    let local = f.registry.client(LOCAL_CLUSTER).await.unwrap();
     assert_eq!(local.revision, None);
     assert_eq!(local.server(), "https://127.0.0.1:1");
     assert_eq!(f.names(None), ["local"]);

@@ -17,13 +17,12 @@ use kube::runtime::controller::Action;
 use super::confinement::{Owner, helm_target, owner_of, release_place};
 use super::placement::{self, Target};
 use super::reach::Reach;
-use super::release::release_record;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep};
+use crate::api::LOCAL_CLUSTER;
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Placement,
 };
-use crate::clusters::LOCAL;
 use crate::runtime::events::EventType;
 
 /// Failed uninstall attempts per (composition UID, cluster), kept in memory: a restart starts
@@ -127,7 +126,7 @@ async fn remove_bounded(
             context.uninstall_attempts.forget(&uid, &target.cluster);
             Ok(())
         }
-        Err(error) if target.cluster == LOCAL => Err(error),
+        Err(error) if target.cluster == LOCAL_CLUSTER => Err(error),
         Err(error) => {
             let attempts = context.uninstall_attempts.failed(&uid, &target.cluster);
             if attempts < context.config.remote_uninstall_attempts {
@@ -188,7 +187,7 @@ async fn installed(
     namespaces: &Api<Namespace>,
     target: &Target,
 ) -> Result<Option<crate::helm::Record>, Error> {
-    match release_record(reach, target).await {
+    match reach.release_record(target).await {
         Ok(record) => Ok(record),
         Err(Error::AccessPending(namespace)) => match namespaces.get_opt(&namespace).await {
             Ok(None) => Ok(None),
@@ -228,7 +227,7 @@ async fn uninstall_own(
     recorded: Option<&ClusterStatus>,
     note: &str,
 ) -> Result<(), Error> {
-    let record = release_record(reach, target).await?;
+    let record = reach.release_record(target).await?;
     let uid = object.uid().unwrap_or_default();
     if owner_of(record.as_ref(), recorded, &uid, target) == Owner::Another {
         let note = format!(

@@ -1,6 +1,6 @@
 //! What a release is made of: the definition (as a watch keeps it), the chart this version
 //! installs, fetched as the definition resolved it, and the composition's values, checked
-//! against the chart's own schema.
+//! against the chart's own schema; together with a target, a [`Release`].
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -13,9 +13,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use super::placement::Target;
+use super::reach::Reach;
 use super::values::values_of;
 use super::{Context, Error};
-use crate::api::{CompositionDefinition, SchemaOptions};
+use crate::api::{CompositionDefinition, CompositionDefinitionSpec, SchemaOptions};
 use crate::chart::values::Enabling;
 use crate::chart::{self, Fetched};
 use crate::schema;
@@ -227,4 +229,27 @@ pub(super) fn checked_values(object: &DynamicObject, chart: &Chart) -> Result<Va
         return Err(Error::InvalidValues(listed.join("; ")));
     }
     Ok(values)
+}
+
+/// The release of one composition on one target, and what it is installed from.
+pub(super) struct Release<'a> {
+    /// What every reconcile shares.
+    pub context: &'a Context,
+    /// The composition.
+    pub object: &'a DynamicObject,
+    /// The chart this version installs.
+    pub chart: &'a Fetched,
+    /// The composition's values, valid for the chart.
+    pub values: &'a Value,
+    /// Where the release goes.
+    pub target: &'a Target,
+    /// How the target's cluster is reached.
+    pub reach: &'a Reach,
+    /// Whether the render could read the cluster, so that Helm's own words are withheld.
+    pub withhold: bool,
+    /// The namespaces a release may write into besides its own, as patterns (`{release}`,
+    /// `{namespace}`): the chart's with its default values and the definition's listed ones.
+    pub writable: &'a BTreeSet<String>,
+    /// The definition: what a failed first install leaves, what drift correction does.
+    pub definition: &'a CompositionDefinitionSpec,
 }

@@ -55,7 +55,8 @@ use crate::chart::Cache;
 use crate::helm;
 use crate::runtime::events::{Recorder, Reporter};
 use crate::runtime::{Metrics, ReconcileOutcome};
-use release::{Failure, Outcome, Release};
+use inputs::Release;
+use release::{Failure, Outcome};
 use status::StatusWriter;
 
 /// Which composition resource and definition this controller serves.

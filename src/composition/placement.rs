@@ -6,11 +6,11 @@ use kube::ResourceExt;
 use kube::core::DynamicObject;
 
 use super::Error;
+use crate::api::LOCAL_CLUSTER;
 use crate::api::{
     ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION,
     is_reserved_namespace, release_name,
 };
-use crate::clusters::LOCAL;
 use crate::crd::CLUSTER_REF;
 
 /// One release of a composition: the cluster, and the namespace and release name on it.
@@ -32,7 +32,7 @@ impl Target {
     /// a namespace of its own on a remote cluster; on the management cluster the operator
     /// creates it.
     pub fn creates_namespace(&self) -> bool {
-        self.own_namespace && self.cluster != LOCAL
+        self.own_namespace && self.cluster != LOCAL_CLUSTER
     }
 }
 
@@ -149,7 +149,7 @@ mod tests {
 
     fn target(namespace: &str, release: &str) -> Target {
         Target {
-            cluster: LOCAL.into(),
+            cluster: LOCAL_CLUSTER.into(),
             namespace: namespace.into(),
             release: release.into(),
             own_namespace: false,
@@ -157,7 +157,7 @@ mod tests {
     }
 
     fn local() -> Vec<String> {
-        vec![LOCAL.to_string()]
+        vec![LOCAL_CLUSTER.to_string()]
     }
 
     #[test]
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn one_target_per_cluster_and_remote_namespaces_of_their_own_are_the_controllers() {
-        let clusters = vec![LOCAL.to_string(), "edge".to_string()];
+        let clusters = vec![LOCAL_CLUSTER.to_string(), "edge".to_string()];
         let all = targets(
             &composition("web", None),
             &placement(NamespacePlacement::CompositionName),
@@ -244,12 +244,12 @@ mod tests {
             .iter()
             .map(|t| (t.cluster.as_str(), t.creates_namespace()))
             .collect();
-        assert_eq!(made, [(LOCAL, false), ("edge", true)]);
+        assert_eq!(made, [(LOCAL_CLUSTER, false), ("edge", true)]);
     }
 
     #[test]
     fn cluster_ref_narrows_to_one_placed_cluster_and_refuses_another() {
-        let clusters = vec![LOCAL.to_string(), "edge".to_string()];
+        let clusters = vec![LOCAL_CLUSTER.to_string(), "edge".to_string()];
         let mut object = composition("web", None);
         object.data = serde_json::json!({"spec": {"clusterRef": {"name": "edge"}}});
         let placement = placement(NamespacePlacement::Composition);

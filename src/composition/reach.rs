@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::access::{self, Kinds};
+use super::placement::Target;
 use super::{Context, Error};
-use crate::api::{ClusterPlacement, Placement};
+use crate::api::{ClusterPlacement, LOCAL_CLUSTER, Placement};
 use crate::clusters;
-use crate::clusters::LOCAL;
+use crate::helm::{self, Record};
 
 /// A target's cluster as the controller reaches it.
 pub(super) struct Reach {
@@ -55,6 +56,18 @@ impl Reach {
         match (&self.remote, error) {
             (Some(cluster), Error::Kube(_, error)) => Error::Cluster(cluster.error(error)),
             (_, error) => error,
+        }
+    }
+
+    /// Helm's latest record of the target's release, read without a `helm` process. On the
+    /// management cluster a refusal means the operator has not granted the release namespace yet;
+    /// on a registered one it is the Secret's identity that may not ([`Reach::blame`]).
+    pub(super) async fn release_record(&self, target: &Target) -> Result<Option<Record>, Error> {
+        match helm::latest_record(&self.client, &target.namespace, &target.release).await {
+            Err(kube::Error::Api(status)) if status.code == 403 && self.is_local() => {
+                Err(Error::AccessPending(target.namespace.clone()))
+            }
+            result => result.map_err(|e| self.blame(Error::Kube("read release records", e))),
         }
     }
 
@@ -141,7 +154,7 @@ impl Context {
     /// registered one with it, or the registered ones whose Secret matches the selector.
     pub(super) fn selected_clusters(&self, placement: &Placement) -> Result<Vec<String>, Error> {
         let selector = match placement.clusters {
-            ClusterPlacement::Local => return Ok(vec![LOCAL.to_string()]),
+            ClusterPlacement::Local => return Ok(vec![LOCAL_CLUSTER.to_string()]),
             ClusterPlacement::AllClusters => None,
             ClusterPlacement::Selector => Some(placement.cluster_selector.as_ref().ok_or(
                 Error::Cluster(clusters::Error::InvalidSelector {
@@ -152,7 +165,7 @@ impl Context {
         let Some(registry) = &self.clusters else {
             // Without a registry (no --clusters-namespace) only the management cluster is known.
             return Ok(match selector {
-                None => vec![LOCAL.to_string()],
+                None => vec![LOCAL_CLUSTER.to_string()],
                 Some(_) => Vec::new(),
             });
         };
@@ -166,7 +179,7 @@ impl Context {
     /// How to reach cluster `name`: a registered one with its Secret's current kubeconfig, one
     /// no longer registered with the last it had.
     pub(super) async fn reach(&self, name: &str) -> Result<Reach, Error> {
-        if name == LOCAL {
+        if name == LOCAL_CLUSTER {
             return Ok(Reach {
                 client: self.client.clone(),
                 config: self.kube_config.clone(),

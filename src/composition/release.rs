@@ -17,7 +17,6 @@
 //! grants them by name, and a refusal of one is reported as missing permissions before any
 //! release exists.
 
-use std::collections::BTreeSet;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -25,46 +24,21 @@ use futures::future::{self, Either};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::DynamicObject;
-use serde_json::Value;
 
 use super::attempt::{Attempt, remove_failed_install};
 use super::confinement::{self, Owner, helm_target, owner_of, release_place};
-use super::placement::Target;
+use super::inputs::Release;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, drift, fingerprint};
 use crate::api::{
-    ClusterStatus, CompositionChart, CompositionDefinitionSpec, FailedInstall,
-    NAMESPACE_OWNER_ANNOTATION, Phase, RELEASE_OWNER_LABEL, ResourceRef,
+    ClusterStatus, CompositionChart, FailedInstall, NAMESPACE_OWNER_ANNOTATION, Phase,
+    RELEASE_OWNER_LABEL, ResourceRef,
 };
-use crate::chart::Fetched;
 use crate::helm::{self, RenderedDocument, parse_documents};
 use crate::runtime::events::EventType;
 
 use helm::Record;
-
-/// The release of one composition on one target, and what it is installed from.
-pub(super) struct Release<'a> {
-    /// What every reconcile shares.
-    pub context: &'a Context,
-    /// The composition.
-    pub object: &'a DynamicObject,
-    /// The chart this version installs.
-    pub chart: &'a Fetched,
-    /// The composition's values, valid for the chart.
-    pub values: &'a Value,
-    /// Where the release goes.
-    pub target: &'a Target,
-    /// How the target's cluster is reached.
-    pub reach: &'a Reach,
-    /// Whether the render could read the cluster, so that Helm's own words are withheld.
-    pub withhold: bool,
-    /// The namespaces a release may write into besides its own, as patterns (`{release}`,
-    /// `{namespace}`): the chart's with its default values and the definition's listed ones.
-    pub writable: &'a BTreeSet<String>,
-    /// The definition: what a failed first install leaves, what drift correction does.
-    pub definition: &'a CompositionDefinitionSpec,
-}
 
 /// How a target's release ended, when nothing failed.
 pub(super) enum Outcome {
@@ -116,7 +90,7 @@ impl Release<'_> {
             confinement::check_own_namespace(self.reach, self.target, &uid).await?;
         }
         // Helm's own records, read without a `helm` process.
-        let live = release_record(self.reach, self.target).await?;
+        let live = self.reach.release_record(self.target).await?;
         self.check_owner(live.as_ref(), recorded.as_ref())?;
         if let Some(revision) = self.unchanged(recorded.as_ref(), live.as_ref(), &fingerprint) {
             let settled = self.settle_drift(revision, &resources).await?;
@@ -514,20 +488,5 @@ async fn create_namespace(reach: &Reach, name: &str, object: &DynamicObject) -> 
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(error) => Err(Error::Kube("create the release namespace", error)),
-    }
-}
-
-/// Helm's latest record of the target's release, read without a `helm` process. On the
-/// management cluster a refusal means the operator has not granted the release namespace yet;
-/// on a registered one it is the Secret's identity that may not ([`Reach::blame`]).
-pub(super) async fn release_record(
-    reach: &Reach,
-    target: &Target,
-) -> Result<Option<Record>, Error> {
-    match helm::latest_record(&reach.client, &target.namespace, &target.release).await {
-        Err(kube::Error::Api(status)) if status.code == 403 && reach.is_local() => {
-            Err(Error::AccessPending(target.namespace.clone()))
-        }
-        result => result.map_err(|e| reach.blame(Error::Kube("read release records", e))),
     }
 }

@@ -302,7 +302,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::clusters::LOCAL;
+    use crate::api::LOCAL_CLUSTER;
     use crate::composition::HelmStep;
 
     fn types(status: &CompositionStatus) -> Vec<(&str, &str, &str)> {
@@ -385,7 +385,7 @@ mod tests {
     #[test]
     fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
         let entry = |phase, revision| ClusterStatus {
-            name: LOCAL.into(),
+            name: LOCAL_CLUSTER.into(),
             namespace: "team".into(),
             release: "app".into(),
             revision: Some(revision),

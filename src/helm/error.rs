@@ -158,5 +158,5 @@ fn template_places(message: &str) -> Vec<String> {
 /// Helm's stderr without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
 pub(super) fn shorten(stderr: &str) -> String {
     let message = stderr.trim().trim_start_matches("Error: ").trim();
-    crate::runtime::shorten(message, MESSAGE_LIMIT)
+    crate::api::shorten(message, MESSAGE_LIMIT)
 }

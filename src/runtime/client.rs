@@ -24,7 +24,7 @@ pub const NO_RESPONSE: &str = "<error>";
 /// under the cluster `local`; otherwise exactly the client `kube::Client::try_from(config)`
 /// builds (same TLS, auth, retries and timeouts).
 pub fn client(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
-    cluster_client(crate::clusters::LOCAL, config, metrics)
+    cluster_client(crate::api::LOCAL_CLUSTER, config, metrics)
 }
 
 /// As [`client`], for the cluster named `cluster`.

@@ -20,7 +20,7 @@ pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
 pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};
 pub use phases::definition_phase;
-pub use text::{error_message, shorten};
+pub use text::error_message;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -27,9 +27,9 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::inputs::Release;
 use super::placement::Target;
 use super::reach::Reach;
-use super::release::Release;
 use super::{Context, Error};
 use crate::api::{ClusterStatus, DRIFT_ANNOTATION, DriftMode, DriftSpec, ResourceRef};
 use crate::bundle::TypeRef;
