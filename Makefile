@@ -8,7 +8,7 @@ export TESTBED_DIR
 RELEASE_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
 DEBUG_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug
 
-.PHONY: demo test unit lint deps up down crds bench image
+.PHONY: demo test unit lint deps up down crds bench image architecture
 
 ## demo: bring up the local test bed, with a node where the machine allows one (NODE=0 for
 ## none), and walk through what compositor does with it
@@ -32,6 +32,11 @@ unit:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+## architecture: which module uses which (floors, circles, arrows between the two roles), and
+## the files and functions past their length
+architecture:
+	tools/architecture.py
 
 ## image: compositor's image as an OCI archive, built without a container engine (release
 ## build; IMAGE_ARCHIVE=path chooses where); its path is printed last. Load it with
