@@ -149,15 +149,9 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
     let lease_name = args.leader_election_name.unwrap_or_else(|| identity.name());
     let election = process.elect(lease_namespace, lease_name).await?;
     let config = composition::Config {
-        group: identity.group,
-        version: identity.version,
-        resource: identity.plural,
-        definition_namespace: identity.definition.namespace,
-        definition_name: identity.definition.name,
+        identity,
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
-        allow_cross_namespace_refs: identity.allow_cross_namespace_refs,
-        clusters_namespace: identity.clusters_namespace,
         remote_uninstall_attempts: args.remote_uninstall_attempts,
     };
     // Built before leading (it only reads), so that a standby takes over without delay.

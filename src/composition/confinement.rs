@@ -23,9 +23,9 @@ impl Context {
     /// The resource this controller serves, as its bundle names it.
     fn generated_resource(&self) -> GeneratedResource {
         GeneratedResource {
-            group: self.config.group.clone(),
-            version: self.config.version.clone(),
-            plural: self.config.resource.clone(),
+            group: self.config.identity.group.clone(),
+            version: self.config.identity.version.clone(),
+            plural: self.config.identity.plural.clone(),
         }
     }
 
@@ -33,7 +33,8 @@ impl Context {
     /// Helm runs there.
     pub(super) fn release_identity(&self, namespace: &str) -> String {
         let resource = self.generated_resource();
-        let name = crate::bundle::release_identity(&self.config.definition_namespace, &resource);
+        let name =
+            crate::bundle::release_identity(&self.config.identity.definition.namespace, &resource);
         format!("system:serviceaccount:{namespace}:{name}")
     }
 
@@ -41,8 +42,8 @@ impl Context {
     /// definition's, and the operator's when the controller knows it (clusters are registered
     /// there).
     pub(super) fn reserved(&self) -> Vec<&str> {
-        let mut reserved = vec![self.config.definition_namespace.as_str()];
-        reserved.extend(self.config.clusters_namespace.as_deref());
+        let mut reserved = vec![self.config.identity.definition.namespace.as_str()];
+        reserved.extend(self.config.identity.clusters_namespace.as_deref());
         reserved
     }
 }
@@ -250,7 +251,8 @@ fn excessive_roles(documents: &[RenderedDocument], reference: &[PolicyRule]) -> 
 async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let resource = context.generated_resource();
-    let name = crate::bundle::chart_role_name(&context.config.definition_namespace, &resource);
+    let name =
+        crate::bundle::chart_role_name(&context.config.identity.definition.namespace, &resource);
     let role = Api::<ClusterRole>::all(context.client.clone())
         .get_opt(&name)
         .await
@@ -258,7 +260,7 @@ async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
     match role {
         Some(role) => Ok(role.rules.unwrap_or_default()),
         None => Err(Error::DefinitionNotReady(
-            context.config.definition_name.clone(),
+            context.config.identity.definition.name.clone(),
         )),
     }
 }

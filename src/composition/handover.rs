@@ -47,7 +47,7 @@ pub async fn relabel(
     refused: bool,
     note: &str,
 ) -> Result<(), Error> {
-    let refused_here = refused.then(|| context.config.version.clone());
+    let refused_here = refused.then(|| context.config.identity.version.clone());
     let relabel = json!({"metadata": {
         "labels": {VERSION_LABEL: target},
         "annotations": {MOVE_ANNOTATION: null, MOVE_REFUSED_ANNOTATION: refused_here},
@@ -75,7 +75,7 @@ pub async fn refused_move(
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Option<Refusal>, Error> {
-    let mine = &context.config.version;
+    let mine = &context.config.identity.version;
     let Some(installed) = status_of(object).chart.map(|chart| chart.version) else {
         return Ok(None);
     };

@@ -189,7 +189,7 @@ pub(super) async fn fetch_chart(
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Arc<Chart>, Error> {
-    let mine = &context.config.version;
+    let mine = &context.config.identity.version;
     let status = definition.status.as_ref();
     let chart_version = status
         .and_then(|s| s.versions.iter().find(|v| &v.version == mine))
@@ -208,8 +208,8 @@ pub(super) async fn fetch_chart(
         return Ok(last);
     }
     let policy = chart::credentials::RefPolicy {
-        namespace: context.config.definition_namespace.clone(),
-        allow_cross_namespace: context.config.allow_cross_namespace_refs,
+        namespace: context.config.identity.definition.namespace.clone(),
+        allow_cross_namespace: context.config.identity.allow_cross_namespace_refs,
     };
     let mut reference =
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;

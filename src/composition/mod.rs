@@ -49,7 +49,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
+    CompositionDefinition, ControllerIdentity, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase,
+    VERSION_LABEL, is_paused,
 };
 use crate::chart::Cache;
 use crate::helm;
@@ -62,26 +63,12 @@ use status::StatusWriter;
 /// Which composition resource and definition this controller serves.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// API group of the generated CRD.
-    pub group: String,
-    /// The CRD version this controller owns.
-    pub version: String,
-    /// Plural resource name.
-    pub resource: String,
-    /// Namespace of the definition.
-    pub definition_namespace: String,
-    /// Name of the definition.
-    pub definition_name: String,
+    /// Which definition version this controller serves, as the operator started it.
+    pub identity: ControllerIdentity,
     /// Compositions reconciled at once.
     pub workers: u16,
     /// Reconcile every composition at least this often.
     pub resync: Duration,
-    /// Whether the chart source may name Secrets and ConfigMaps in other namespaces than the
-    /// definition's (as the operator allows).
-    pub allow_cross_namespace_refs: bool,
-    /// Namespace of the Secrets that register remote clusters, when the definition places
-    /// beyond the management cluster.
-    pub clusters_namespace: Option<String>,
     /// How many times a deleted composition's release on an unreachable cluster is tried
     /// before it is abandoned with an event, so that deletion never hangs.
     pub remote_uninstall_attempts: u32,
@@ -141,17 +128,26 @@ impl Context {
         let helm = helm.with_server_side(server_side);
         // How Helm applies is part of what an install depends on.
         let helm_version = format!("{} server-side={server_side}", helm.version().await?);
-        let resource = discover(&client, &config.group, &config.version, &config.resource).await?;
+        let resource = discover(
+            &client,
+            &config.identity.group,
+            &config.identity.version,
+            &config.identity.plural,
+        )
+        .await?;
         let reporter = Reporter {
-            controller: format!("compositor-{}-{}", config.resource, config.version),
+            controller: format!(
+                "compositor-{}-{}",
+                config.identity.plural, config.identity.version
+            ),
             instance: std::env::var("POD_NAME").ok(),
         };
         let definition = inputs::DefinitionWatch::start(
             client.clone(),
-            &config.definition_namespace,
-            &config.definition_name,
+            &config.identity.definition.namespace,
+            &config.identity.definition.name,
         );
-        let clusters = match &config.clusters_namespace {
+        let clusters = match &config.identity.clusters_namespace {
             Some(namespace) => {
                 let selection = definition.selection();
                 let reading = (namespace.as_str(), selection);
@@ -283,11 +279,14 @@ async fn reconcile_inner(
         return Ok(Action::await_change());
     };
     let object = Arc::new(object);
-    let definition = context.definition.current(&context.config.version).await?;
+    let definition = context
+        .definition
+        .current(&context.config.identity.version)
+        .await?;
     let Some(object) = claim(&api, object, &definition, context).await? else {
         return Ok(Action::await_change());
     };
-    let mine = &context.config.version;
+    let mine = &context.config.identity.version;
     if let Some(target) = object.annotations().get(MOVE_ANNOTATION)
         && target != mine
         && object.metadata.deletion_timestamp.is_none()
@@ -318,7 +317,7 @@ async fn claim(
         .as_ref()
         .and_then(|s| s.crd.as_ref())
         .map(|crd| crd.stored_version.clone());
-    let mine = &context.config.version;
+    let mine = &context.config.identity.version;
     match object.labels().get(VERSION_LABEL) {
         Some(version) if version == mine => Ok(Some(object)),
         Some(_) => Ok(None),
@@ -412,7 +411,7 @@ async fn install(
     let clusters = context.selected_clusters(placement)?;
     let targets = placement::targets(object, placement, &clusters, &context.reserved())?;
     let withhold = chart.looks_up || values::holds_templates(&values);
-    let writable = confinement::writable_patterns(definition, &context.config.version);
+    let writable = confinement::writable_patterns(definition, &context.config.identity.version);
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
     let outcomes = futures::future::join_all(targets.iter().map(|target| {

@@ -252,7 +252,7 @@ impl Release<'_> {
         }
         let definition = format!(
             "{}/{}",
-            context.config.definition_namespace, context.config.definition_name
+            context.config.identity.definition.namespace, context.config.identity.definition.name
         );
         let installer = self.reach.installer(&definition);
         let message = access::explain(&denied, &unserved, namespace, &installer);

@@ -25,7 +25,7 @@ pub async fn run(
     let api = Api::<Watched>::all_with(context.client.clone(), &kind);
     let writer = reflector::store::Writer::new(kind.clone());
     let reader = writer.as_reader();
-    let version = context.config.version.clone();
+    let version = context.config.identity.version.clone();
     let phase = move |object: &Watched| object.phase_under(&version);
     let counted = crate::runtime::Counted::Compositions;
     context.metrics.count_phases(counted, reader.clone(), phase);
