@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::kubeconfig;
+use crate::runtime::ReconcileError;
 use crate::{chart, helm, schema};
 
 /// Why a composition is not (yet) installed.
@@ -182,30 +183,6 @@ impl Error {
         }
     }
 
-    /// Errors only a change of the composition (or its definition) can fix.
-    pub(super) fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidValues(_)
-                | Error::ReleaseName(_)
-                | Error::Render(_)
-                | Error::Manifest(_)
-                | Error::TooLarge(_)
-                | Error::PermissionsMissing(_)
-                | Error::ReleaseOwnedByAnother(_)
-                | Error::NamespaceReserved(_)
-                | Error::NamespaceNotOwned(_)
-                | Error::NamespaceNotAllowed(..)
-                | Error::BindingNotAllowed(_)
-                | Error::RoleNotAllowed(_)
-                | Error::ClusterNotPlaced(..)
-                | Error::Rejected(..)
-                | Error::FailedBefore { .. }
-                | Error::DriftConflict(_)
-                | Error::InvalidAnnotation(_)
-        )
-    }
-
     /// Failures the same inputs meet again, whatever is granted: the chart does not render
     /// them, or the cluster refuses what they render. A release that failed so is not tried
     /// again with those inputs.
@@ -229,6 +206,36 @@ impl Error {
             error if error.is_terminal() => Duration::from_secs(300),
             _ => Duration::from_secs(10),
         }
+    }
+}
+
+impl ReconcileError for Error {
+    /// Errors only a change of the composition (or its definition) can fix.
+    fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidValues(_)
+                | Error::ReleaseName(_)
+                | Error::Render(_)
+                | Error::Manifest(_)
+                | Error::TooLarge(_)
+                | Error::PermissionsMissing(_)
+                | Error::ReleaseOwnedByAnother(_)
+                | Error::NamespaceReserved(_)
+                | Error::NamespaceNotOwned(_)
+                | Error::NamespaceNotAllowed(..)
+                | Error::BindingNotAllowed(_)
+                | Error::RoleNotAllowed(_)
+                | Error::ClusterNotPlaced(..)
+                | Error::Rejected(..)
+                | Error::FailedBefore { .. }
+                | Error::DriftConflict(_)
+                | Error::InvalidAnnotation(_)
+        )
+    }
+
+    fn from_finalizer(error: kube::runtime::finalizer::Error<Error>) -> Self {
+        Error::Finalizer(Box::new(error))
     }
 }
 

@@ -39,12 +39,12 @@ pub use watch::run;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::finalizer::Event;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -55,7 +55,7 @@ use crate::api::{
 use crate::chart::Cache;
 use crate::helm;
 use crate::runtime::events::{Recorder, Reporter};
-use crate::runtime::{Metrics, ReconcileOutcome};
+use crate::runtime::{Metrics, finalized, timed};
 use inputs::Release;
 use release::{Failure, Outcome};
 use status::StatusWriter;
@@ -242,18 +242,17 @@ async fn reconcile(object: Arc<watched::Watched>, context: Arc<Context>) -> Resu
         .workers
         .enter(object.meta().namespace.as_deref().unwrap_or_default())
         .await;
-    let started = Instant::now();
     let uid = object.uid().unwrap_or_default();
     // Boxed, so that the reconciles waiting for a worker above hold a small future each, not
     // the whole install's state.
-    let result = Box::pin(reconcile_inner(object, &context)).await;
-    let outcome = if result.is_ok() {
+    let result = timed(
+        &context.metrics,
+        Box::pin(reconcile_inner(object, &context)),
+    )
+    .await;
+    if result.is_ok() {
         context.failures.succeeded(&uid);
-        ReconcileOutcome::Success
-    } else {
-        ReconcileOutcome::Error
-    };
-    context.metrics.reconciled(outcome, started.elapsed());
+    }
     result
 }
 
@@ -358,7 +357,7 @@ async fn finalize(
     definition: &CompositionDefinition,
     context: &Context,
 ) -> Result<Action, Error> {
-    finalizer(api, FINALIZER, object, |event| async {
+    finalized(api, FINALIZER, object, |event| async {
         match event {
             Event::Apply(object) => apply(&object, definition, context, api).await,
             Event::Cleanup(object) => match cleanup::cleanup(&object, definition, context).await {
@@ -372,11 +371,6 @@ async fn finalize(
         }
     })
     .await
-    .map_err(|error| match error {
-        kube::runtime::finalizer::Error::ApplyFailed(error)
-        | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
-        other => Error::Finalizer(Box::new(other)),
-    })
 }
 
 /// Hands back a move this version's chart refuses; otherwise installs, and records the outcome.

@@ -15,6 +15,7 @@ use crate::api::{
     ClusterStatus, CompositionChart, CompositionStatus, INSTALLED, Phase, READY, RECONCILING,
     ResourceRef, STALLED, find_condition, remove_condition, set_condition,
 };
+use crate::runtime::ReconcileError;
 use crate::runtime::events::EventType;
 
 /// Field manager of the controller's writes.

@@ -46,7 +46,7 @@ pub async fn run(
     });
     let clusters_changed = cluster_changes(context.clusters.clone());
     let drifted = context.drift.triggers(kind.clone());
-    Controller::for_stream_with(changes, reader, kind)
+    let results = Controller::for_stream_with(changes, reader, kind)
         .reconcile_all_on(clusters_changed)
         .reconcile_on(drifted)
         .trigger_backoff(crate::runtime::watch_backoff())
@@ -54,13 +54,8 @@ pub async fn run(
         // namespaces in turn (kube's own limit would run them in the order they fell due).
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile ended with an error");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    crate::runtime::drain(results).await;
 }
 
 /// Compositions per page when the watch lists them.
@@ -131,12 +126,7 @@ impl OwnChanges {
 /// (see [`Error::backoff`]).
 fn error_policy(object: Arc<Watched>, error: &Error, context: Arc<Context>) -> Action {
     let failures = context.failures.failed(&object.uid().unwrap_or_default());
-    let message = crate::runtime::error_message(error);
-    if error.is_terminal() {
-        tracing::info!(composition = %object.name_any(), error = %message, "waiting for a change");
-    } else {
-        tracing::warn!(composition = %object.name_any(), error = %message, "reconcile failed");
-    }
+    crate::runtime::log_failure("composition", &object.name_any(), error);
     Action::requeue(error.backoff(failures))
 }
 

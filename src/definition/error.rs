@@ -1,6 +1,7 @@
 //! Why a reconcile of a definition stopped, and which condition says so.
 
 use crate::api::{CHART_RESOLVED, CONTROLLER_READY, CRD_READY, READY};
+use crate::runtime::ReconcileError;
 use crate::{chart, crd};
 
 /// Why a reconcile of a definition stopped.
@@ -116,9 +117,11 @@ impl Error {
             Error::Kube(..) | Error::Finalizer(_) => (READY, "KubernetesAPIError"),
         }
     }
+}
 
+impl ReconcileError for Error {
     /// Errors that a retry cannot fix until the definition (or its chart) changes.
-    pub(super) fn is_terminal(&self) -> bool {
+    fn is_terminal(&self) -> bool {
         match self {
             Error::Chart(error) => !error.is_transient(),
             Error::Crd(_)
@@ -129,5 +132,9 @@ impl Error {
             | Error::Bundle(_) => true,
             _ => false,
         }
+    }
+
+    fn from_finalizer(error: kube::runtime::finalizer::Error<Error>) -> Self {
+        Error::Finalizer(Box::new(error))
     }
 }

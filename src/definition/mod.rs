@@ -36,7 +36,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::finalizer::Event;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -51,7 +51,7 @@ use crate::chart::{self, Cache};
 use crate::crd::Names;
 use crate::helm;
 use crate::runtime::events::{Recorder, Reporter};
-use crate::runtime::{Metrics, ReconcileOutcome};
+use crate::runtime::{self, Metrics, ReconcileError};
 
 pub use error::Error;
 pub use objects::FIELD_MANAGER;
@@ -164,7 +164,7 @@ pub async fn run(
         .metrics
         .count_phases(counted, controller.store(), phase);
     let cluster_secrets_changed = context.cluster_secrets.changes(controller.store());
-    controller
+    let results = controller
         .reconcile_on(triggers)
         .reconcile_on(cluster_secrets_changed)
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
@@ -194,13 +194,8 @@ pub async fn run(
             kube::runtime::controller::Config::default().concurrency(context.config.concurrency),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile ended with an error");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    runtime::drain(results).await;
 }
 
 fn tokio_stream_of<T: Send + 'static>(
@@ -214,15 +209,7 @@ async fn reconcile(
     definition: Arc<CompositionDefinition>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(definition, &context).await;
-    let outcome = if result.is_ok() {
-        ReconcileOutcome::Success
-    } else {
-        ReconcileOutcome::Error
-    };
-    context.metrics.reconciled(outcome, started.elapsed());
-    result
+    runtime::timed(&context.metrics, reconcile_inner(definition, &context)).await
 }
 
 async fn reconcile_inner(
@@ -244,18 +231,13 @@ async fn reconcile_inner(
         report::write_status(&api, &definition, status).await?;
         return Ok(Action::await_change());
     }
-    finalizer(&api, FINALIZER, definition, |event| async {
+    runtime::finalized(&api, FINALIZER, definition, |event| async {
         match event {
             Event::Apply(definition) => apply(&definition, context, &api).await,
             Event::Cleanup(definition) => cleanup::cleanup(&definition, context).await,
         }
     })
     .await
-    .map_err(|error| match error {
-        kube::runtime::finalizer::Error::ApplyFailed(error)
-        | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
-        other => Error::Finalizer(Box::new(other)),
-    })
 }
 
 fn error_policy(
@@ -273,13 +255,12 @@ fn error_policy(
             tracing::debug!(definition = %definition.name_any(), %error, "waiting for approval");
             Action::requeue(APPROVAL_POLL)
         }
-        error if error.is_terminal() => {
-            tracing::info!(definition = %definition.name_any(), %error, "waiting for a change");
-            Action::requeue(Duration::from_secs(300))
-        }
         error => {
-            tracing::warn!(definition = %definition.name_any(), error = %crate::runtime::error_message(error), "reconcile failed");
-            Action::requeue(Duration::from_secs(15))
+            runtime::log_failure("definition", &definition.name_any(), error);
+            match error.is_terminal() {
+                true => Action::requeue(Duration::from_secs(300)),
+                false => Action::requeue(Duration::from_secs(15)),
+            }
         }
     }
 }

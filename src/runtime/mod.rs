@@ -10,6 +10,7 @@ pub mod leader;
 mod lifecycle;
 mod metrics;
 mod phases;
+mod reconciler;
 mod text;
 
 pub use allocator::{spawn_trimming, tune_allocator};
@@ -20,6 +21,7 @@ pub use fair::{FairGate, Permit};
 pub use lifecycle::{Shutdown, Stopped, reconcile_while_leading, shutdown};
 pub use metrics::{Counted, HelmOutcome, Metrics, ReconcileOutcome};
 pub use phases::definition_phase;
+pub use reconciler::{ReconcileError, drain, finalized, log_failure, timed};
 pub use text::error_message;
 
 use std::net::SocketAddr;
