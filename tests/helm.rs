@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compositor::helm::{
-    Engine, Error, Gate, Release, ReleaseStatus, Target, UpgradeOptions, parse_manifest,
+    Engine, Error, Gate, KubeContext, Release, ReleaseStatus, UpgradeOptions, parse_manifest,
 };
 use compositor::runtime::Metrics;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -119,7 +119,7 @@ async fn a_release_lives_through_install_upgrades_rollback_recovery_and_uninstal
     let namespace = support::namespace(&client, "helm-life").await;
     let metrics = Arc::new(Metrics::default());
     let helm = engine(&metrics);
-    let target = Target::new(admin_kubeconfig(), &namespace);
+    let target = KubeContext::new(admin_kubeconfig(), &namespace);
     let release = "fw";
     let v115 = support::packaged_chart("fireworks-app", "1.1.5");
     let v116 = support::packaged_chart("fireworks-app", "1.1.6");
@@ -272,7 +272,7 @@ async fn an_install_with_values_the_schema_refuses_names_the_field() {
     let client = support::client().await;
     let namespace = support::namespace(&client, "helm-schema").await;
     let metrics = Arc::new(Metrics::default());
-    let target = Target::new(admin_kubeconfig(), &namespace);
+    let target = KubeContext::new(admin_kubeconfig(), &namespace);
     let error = engine(&metrics)
         .upgrade_install(
             &target,
@@ -306,7 +306,7 @@ async fn a_wrong_token_fails_without_showing_it() {
     let client = support::client().await;
     let namespace = support::namespace(&client, "helm-token").await;
     let token = format!("not-the-token-{}", support::unique("t"));
-    let target = Target::new(kubeconfig_with_token(&token), &namespace);
+    let target = KubeContext::new(kubeconfig_with_token(&token), &namespace);
     let metrics = Arc::new(Metrics::default());
     let helm = engine(&metrics);
     let errors = [
@@ -370,7 +370,7 @@ async fn credentials_reach_helm_only_in_a_private_kubeconfig_file() {
     .with_server_side(false);
     let kubeconfig = admin_kubeconfig();
     let created = format!("{namespace}-new");
-    let target = Target::new(kubeconfig.clone(), &created);
+    let target = KubeContext::new(kubeconfig.clone(), &created);
     let options = UpgradeOptions {
         create_namespace: true,
         wait: true,
@@ -466,7 +466,7 @@ async fn old_apiservers_need_client_side_apply_and_a_failed_install_can_be_upgra
         "apiVersion: v1\nkind: Service\nmetadata: {name: {{ .Release.Name }}}\nspec:\n  ports: [{port: 80}]\n",
     );
     let metrics = Arc::new(Metrics::default());
-    let target = Target::new(admin_kubeconfig(), &namespace);
+    let target = KubeContext::new(admin_kubeconfig(), &namespace);
     let server = client.apiserver_version().await.expect("apiserver version");
     let minor: u32 = server
         .minor
@@ -518,7 +518,7 @@ async fn the_gate_sees_what_helm_renders_and_can_stop_it_before_anything_is_writ
     let namespace = support::namespace(&client, "helm-gate").await;
     let metrics = Arc::new(Metrics::default());
     let helm = engine(&metrics);
-    let target = Target::new(admin_kubeconfig(), &namespace);
+    let target = KubeContext::new(admin_kubeconfig(), &namespace);
     let chart = support::packaged_chart("plain", "0.1.0");
     let gate = Gate::start(env!("CARGO_BIN_EXE_compositor").into()).expect("gate");
     let maps = Api::<ConfigMap>::namespaced(client.clone(), &namespace);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use compositor::api::RELEASE_OWNER_LABEL;
-use compositor::helm::{Engine, Gate, Target, UpgradeOptions};
+use compositor::helm::{Engine, Gate, KubeContext, UpgradeOptions};
 use compositor::runtime::Metrics;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -151,7 +151,7 @@ impl<'a> Calls<'a> {
         gated: bool,
     ) -> Result<Option<Instant>, Error> {
         let name = self.release();
-        let target = Target::new(kubeconfig.to_vec(), &self.namespace);
+        let target = KubeContext::new(kubeconfig.to_vec(), &self.namespace);
         let mut ticket = self.gate.ticket();
         let options = UpgradeOptions {
             post_renderer: gated.then(|| ticket.renderer().clone()),

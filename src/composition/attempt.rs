@@ -55,11 +55,11 @@ impl Attempt {
 /// add to the failure's message.
 pub(super) async fn remove_failed_install(
     context: &Context,
-    helm_target: &helm::Target,
+    kube_context: &helm::KubeContext,
     release: &str,
     withhold: bool,
 ) -> (bool, Option<String>) {
-    match context.helm.uninstall(helm_target, release).await {
+    match context.helm.uninstall(kube_context, release).await {
         Ok(true) => (
             true,
             Some("; what the install had created is removed".into()),

@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 
-use super::confinement::{Owner, helm_target, owner_of, release_place};
+use super::confinement::{Owner, kube_context, owner_of, release_place};
 use super::placement::{self, Target};
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
@@ -249,7 +249,7 @@ async fn uninstall_own(
     let existed = context
         .helm
         .uninstall(
-            &helm_target(context, reach, &target.namespace)?,
+            &kube_context(context, reach, &target.namespace)?,
             &target.release,
         )
         .await

@@ -200,11 +200,11 @@ pub(super) async fn check_render(
 /// Helm's view of `namespace` on the reached cluster, with the identity that installs there:
 /// on the management cluster the release identity of `namespace`, which the controller
 /// impersonates; on a registered cluster the identity its Secret gives.
-pub(super) fn helm_target(
+pub(super) fn kube_context(
     context: &Context,
     reach: &Reach,
     namespace: &str,
-) -> Result<helm::Target, Error> {
+) -> Result<helm::KubeContext, Error> {
     let kubeconfig = match reach.is_local() {
         true => {
             let mut config = (*reach.config).clone();
@@ -213,7 +213,7 @@ pub(super) fn helm_target(
         }
         false => kubeconfig_for(&reach.config, namespace)?,
     };
-    Ok(helm::Target::new(kubeconfig, namespace))
+    Ok(helm::KubeContext::new(kubeconfig, namespace))
 }
 
 /// What the ClusterRoles among `documents` would grant beyond `reference` (what the chart's own

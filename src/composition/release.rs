@@ -26,7 +26,7 @@ use kube::api::Api;
 use kube::core::DynamicObject;
 
 use super::attempt::{Attempt, remove_failed_install};
-use super::confinement::{self, Owner, helm_target, owner_of, release_place};
+use super::confinement::{self, Owner, kube_context, owner_of, release_place};
 use super::inputs::Release;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
@@ -103,15 +103,17 @@ impl Release<'_> {
                 entry: recorded,
             });
         }
-        let helm_target = helm_target(self.context, self.reach, &self.target.namespace)?;
-        let step = self.recover_if_pending(&helm_target, live.as_ref()).await?;
-        let upgrade = self.gated_upgrade(&helm_target, writer);
+        let kube_context = kube_context(self.context, self.reach, &self.target.namespace)?;
+        let step = self
+            .recover_if_pending(&kube_context, live.as_ref())
+            .await?;
+        let upgrade = self.gated_upgrade(&kube_context, writer);
         let note = format!("{step} {}", self.target.release);
         let (outcome, admitted) = announced(upgrade, writer, &note).await;
         if let Some(Err(refused)) = admitted {
             return Err(refused.into());
         }
-        self.released(step, outcome, recorded, attempt, &helm_target)
+        self.released(step, outcome, recorded, attempt, &kube_context)
             .await
     }
 
@@ -180,7 +182,7 @@ impl Release<'_> {
     /// had rendered anything.
     async fn gated_upgrade(
         &self,
-        helm_target: &helm::Target,
+        kube_context: &helm::KubeContext,
         writer: &SharedWriter<'_, '_>,
     ) -> (
         Result<helm::Release, helm::Error>,
@@ -194,7 +196,7 @@ impl Release<'_> {
             ..Default::default()
         };
         let upgrade = self.context.helm.upgrade_install(
-            helm_target,
+            kube_context,
             &self.target.release,
             &self.chart.archive_path,
             self.values,
@@ -263,7 +265,7 @@ impl Release<'_> {
     /// crash left pending is recovered first, with an event.
     async fn recover_if_pending(
         &self,
-        helm_target: &helm::Target,
+        kube_context: &helm::KubeContext,
         live: Option<&Record>,
     ) -> Result<HelmStep, Error> {
         let Some(Record { status: state, .. }) = live else {
@@ -273,7 +275,7 @@ impl Release<'_> {
             return Ok(HelmStep::Upgrade);
         }
         let release = &self.target.release;
-        let still_there = recover(self.context, helm_target, release)
+        let still_there = recover(self.context, kube_context, release)
             .await
             .map_err(|error| Error::from_helm(HelmStep::Recover, error, self.withhold))?;
         let note = format!("release {release} was stuck in {state}; recovered");
@@ -299,7 +301,7 @@ impl Release<'_> {
         outcome: Result<helm::Release, helm::Error>,
         recorded: Option<ClusterStatus>,
         attempt: Attempt,
-        helm_target: &helm::Target,
+        kube_context: &helm::KubeContext,
     ) -> Result<Outcome, Failure> {
         let release = match outcome {
             Ok(release) => release,
@@ -311,7 +313,7 @@ impl Release<'_> {
             Err(error) => {
                 let error = Error::from_helm(step, error, self.withhold);
                 return Err(self
-                    .failed(step, error, recorded, attempt, helm_target)
+                    .failed(step, error, recorded, attempt, kube_context)
                     .await);
             }
         };
@@ -343,7 +345,7 @@ impl Release<'_> {
         mut error: Error,
         recorded: Option<ClusterStatus>,
         attempt: Attempt,
-        helm_target: &helm::Target,
+        kube_context: &helm::KubeContext,
     ) -> Failure {
         let (mut revision, mut fingerprint) = recorded
             .map(|c| (c.revision, c.fingerprint))
@@ -358,7 +360,7 @@ impl Release<'_> {
                     let release = &self.target.release;
                     let (context, withhold) = (self.context, self.withhold);
                     let (removed, note) =
-                        remove_failed_install(context, helm_target, release, withhold).await;
+                        remove_failed_install(context, kube_context, release, withhold).await;
                     if removed {
                         (revision, fingerprint) = (None, None);
                     }
@@ -448,7 +450,7 @@ fn kept_resources(documents: &[RenderedDocument]) -> Vec<ResourceRef> {
 /// away when it never deployed. Whether the release is still there.
 async fn recover(
     context: &Context,
-    target: &helm::Target,
+    target: &helm::KubeContext,
     release: &str,
 ) -> Result<bool, helm::Error> {
     let history = context.helm.history(target, release).await?;

@@ -66,15 +66,15 @@ const GO_MEMORY_LIMIT: &str = "384MiB";
 /// call's private directory (mode 0600) and named to helm by path, never passed in an argument
 /// or an environment variable. `Debug` does not print it.
 #[derive(Clone)]
-pub struct Target {
+pub struct KubeContext {
     kubeconfig: Vec<u8>,
     namespace: String,
 }
 
-impl Target {
-    /// A target from a kubeconfig's content (its current context is used) and a namespace.
+impl KubeContext {
+    /// A context from a kubeconfig's content (its current context is used) and a namespace.
     pub fn new(kubeconfig: impl Into<Vec<u8>>, namespace: impl Into<String>) -> Self {
-        Target {
+        KubeContext {
             kubeconfig: kubeconfig.into(),
             namespace: namespace.into(),
         }
@@ -86,9 +86,9 @@ impl Target {
     }
 }
 
-impl std::fmt::Debug for Target {
+impl std::fmt::Debug for KubeContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
+        f.debug_struct("KubeContext")
             .field("kubeconfig", &"<redacted>")
             .field("namespace", &self.namespace)
             .finish()
@@ -193,14 +193,14 @@ impl Engine {
     /// A failed install or upgrade is left as Helm records it (`failed`); nothing is rolled back.
     pub async fn upgrade_install(
         &self,
-        target: &Target,
+        target: &KubeContext,
         release: &str,
         chart: &Path,
         values: &Value,
         options: UpgradeOptions,
     ) -> Result<Release, Error> {
         const VERB: &str = "upgrade";
-        let workspace = Workspace::for_target(VERB, target)?;
+        let workspace = Workspace::for_context(VERB, target)?;
         let values_file = workspace.write("values.json", values.to_string().as_bytes())?;
         let mut args = Args::new(&["upgrade", "--install"]);
         args.flag("--namespace", &target.namespace)
@@ -236,10 +236,14 @@ impl Engine {
     ///
     /// Reads only Helm's release records (`helm get metadata` and `helm get manifest`, Helm 3.13+
     /// or 4), not the live objects, so it works whatever state those are in.
-    pub async fn status(&self, target: &Target, release: &str) -> Result<Option<Release>, Error> {
+    pub async fn status(
+        &self,
+        target: &KubeContext,
+        release: &str,
+    ) -> Result<Option<Release>, Error> {
         const METADATA: &str = "get metadata";
         const MANIFEST: &str = "get manifest";
-        let workspace = Workspace::for_target(METADATA, target)?;
+        let workspace = Workspace::for_context(METADATA, target)?;
         let mut args = Args::new(&["get", "metadata"]);
         args.flag("--namespace", &target.namespace)
             .flag("--output", "json")
@@ -272,9 +276,13 @@ impl Engine {
     }
 
     /// Every revision Helm keeps of `release`, oldest first; empty when there is no such release.
-    pub async fn history(&self, target: &Target, release: &str) -> Result<Vec<Revision>, Error> {
+    pub async fn history(
+        &self,
+        target: &KubeContext,
+        release: &str,
+    ) -> Result<Vec<Revision>, Error> {
         const VERB: &str = "history";
-        let workspace = Workspace::for_target(VERB, target)?;
+        let workspace = Workspace::for_context(VERB, target)?;
         let mut args = Args::new(&["history"]);
         args.flag("--namespace", &target.namespace)
             .flag("--output", "json")
@@ -292,12 +300,12 @@ impl Engine {
     /// how a release stuck in a pending state is recovered.
     pub async fn rollback(
         &self,
-        target: &Target,
+        target: &KubeContext,
         release: &str,
         revision: u64,
     ) -> Result<(), Error> {
         const VERB: &str = "rollback";
-        let workspace = Workspace::for_target(VERB, target)?;
+        let workspace = Workspace::for_context(VERB, target)?;
         let mut args = Args::new(&["rollback"]);
         args.flag("--namespace", &target.namespace)
             .flag("--history-max", HISTORY_MAX)
@@ -309,9 +317,9 @@ impl Engine {
 
     /// `helm uninstall`: deletes the release's objects and records. Returns whether the release
     /// existed; uninstalling a release that does not is not an error.
-    pub async fn uninstall(&self, target: &Target, release: &str) -> Result<bool, Error> {
+    pub async fn uninstall(&self, target: &KubeContext, release: &str) -> Result<bool, Error> {
         const VERB: &str = "uninstall";
-        let workspace = Workspace::for_target(VERB, target)?;
+        let workspace = Workspace::for_context(VERB, target)?;
         let mut args = Args::new(&["uninstall"]);
         args.flag("--namespace", &target.namespace)
             .flag("--timeout", self.helm_timeout())

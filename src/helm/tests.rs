@@ -87,7 +87,7 @@ fn helm_gives_up_before_the_engine_kills_it() {
 
 #[test]
 fn a_target_does_not_print_its_kubeconfig() {
-    let target = Target::new("token: s3cret", "team-a");
+    let target = KubeContext::new("token: s3cret", "team-a");
     let printed = format!("{target:?}");
     assert!(
         !printed.contains("s3cret") && printed.contains("team-a"),

@@ -4,7 +4,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{Error, PostRenderer, Target, post_render};
+use super::{Error, KubeContext, PostRenderer, post_render};
 
 /// A private directory (mode 0700) holding one call's values, kubeconfig and Helm state.
 ///
@@ -38,7 +38,7 @@ impl Workspace {
     }
 
     /// A workspace holding the target's kubeconfig, where helm's `KUBECONFIG` points.
-    pub(super) fn for_target(verb: &'static str, target: &Target) -> Result<Self, Error> {
+    pub(super) fn for_context(verb: &'static str, target: &KubeContext) -> Result<Self, Error> {
         let workspace = Workspace::new(verb)?;
         workspace.write("kubeconfig", &target.kubeconfig)?;
         Ok(workspace)
