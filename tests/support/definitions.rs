@@ -18,7 +18,8 @@ pub struct Fixture {
     pub client: Client,
     pub namespace: String,
     pub group: String,
-    _operator: super::Process,
+    /// The operator, which a test may crash or replace.
+    pub operator: super::Process,
 }
 
 impl Fixture {
@@ -28,7 +29,7 @@ impl Fixture {
             client: bed.client,
             namespace: bed.namespace,
             group: bed.group,
-            _operator: bed.operator,
+            operator: bed.operator,
         }
     }
 

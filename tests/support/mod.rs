@@ -9,6 +9,7 @@
 pub mod charts;
 pub mod definitions;
 pub mod installed;
+pub mod operator;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
