@@ -9,14 +9,15 @@
 //! `drift` watches found changed or gone is re-applied from Helm's record; inputs that failed
 //! for good before, by `attempt`: none either; else render, the `confinement` and `access`
 //! checks, recovery, `helm upgrade --install` as the release identity) → `status` (each
-//! target's entry, the phase and conditions over them, events). `watch` drives it: which
+//! target's entry, the phase and conditions over them, events). `watches` drive it: which
 //! changes reconcile (the compositions' own, and the objects their releases keep, through
 //! `drift`), the fair share of workers among namespaces, the backoff of failing compositions;
-//! `watched` is what its cache keeps of each composition (its name, a hash of what a user
+//! `cached` is what its cache keeps of each composition (its name, a hash of what a user
 //! changed, its phase).
 
 mod access;
 mod attempt;
+mod cached;
 mod cleanup;
 mod confinement;
 mod drift;
@@ -29,13 +30,12 @@ mod reach;
 mod release;
 mod status;
 mod values;
-mod watch;
-mod watched;
+mod watches;
 
 pub use error::{Error, HelmStep};
 pub use kubeconfig::kubeconfig_for;
 pub use values::{fingerprint, values_of};
-pub use watch::run;
+pub use watches::run;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ pub struct Context {
     /// Where Helm's rendered manifests are admitted before Helm writes them.
     gate: helm::Gate,
     /// The compositions as the controller's own claim left them, so that it is not an event.
-    own_changes: watch::OwnChanges,
+    own_changes: watches::OwnChanges,
     /// What the releases rendered, watched for drift.
     drift: drift::Watches,
     /// Corrections of each object lately, so that a fight with another writer ends.
@@ -165,7 +165,7 @@ impl Context {
             failures: error::Failures::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
-            own_changes: watch::OwnChanges::default(),
+            own_changes: watches::OwnChanges::default(),
             drift: drift::Watches::new(metrics.clone()),
             drift_corrections: drift::Corrections::default(),
             client,
@@ -237,7 +237,7 @@ async fn discover(
 
 /// One reconcile, timed and counted.
 #[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
-async fn reconcile(object: Arc<watched::Watched>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(object: Arc<cached::Cached>, context: Arc<Context>) -> Result<Action, Error> {
     let _worker = context
         .workers
         .enter(object.meta().namespace.as_deref().unwrap_or_default())
@@ -258,10 +258,7 @@ async fn reconcile(object: Arc<watched::Watched>, context: Arc<Context>) -> Resu
 
 /// Reads the composition fresh, then: is it this version's, should it move, is it paused; if
 /// none of these stops it, the finalizer decides between apply and cleanup.
-async fn reconcile_inner(
-    cached: Arc<watched::Watched>,
-    context: &Context,
-) -> Result<Action, Error> {
+async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Result<Action, Error> {
     let namespace = cached.namespace().unwrap_or_default();
     let api = Api::<DynamicObject>::namespaced_with(
         context.client.clone(),

@@ -4,16 +4,18 @@
 //! The flow of one reconcile: resolve the chart's credentials and fetch it → convert its schema
 //! into a CRD version (`crds`) → make sure an administrator approved what its controller would
 //! be granted (`bundles::approve_ahead`), so that nothing unapproved is ever served → apply the
-//! CRD → watch its compositions (`watch`) → derive the
+//! CRD → watch its compositions (`compositions`) → derive the
 //! controller's permissions from the chart and from the registration Secrets its placement
 //! selects (`clusters`), and apply one bundle per served version, deleting stale ones
 //! (`bundles`) → move compositions to the current version and retire the others (`moves`) →
 //! write status, which publishes the selected Secrets once they are granted. Deletion of a
-//! definition is `cleanup`'s.
+//! definition is `cleanup`'s. `watches` drive it: the definitions, the objects they own, their
+//! compositions, and the registration Secrets.
 
 mod bundles;
 mod cleanup;
 mod clusters;
+mod compositions;
 mod crds;
 mod error;
 mod grants;
@@ -22,30 +24,24 @@ mod moves;
 mod objects;
 mod permissions;
 mod report;
-mod watch;
+mod watches;
 
 use inputs::fetch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
 use crate::api::{
     CHART_RESOLVED, CONTROLLER_READY, CompositionDefinition, CompositionDefinitionStatus,
-    DEFINITION_LABEL, FINALIZER, OWNER_ANNOTATION, ObjectKey, READY, ResolvedChart, is_paused,
-    set_condition,
+    FINALIZER, READY, ResolvedChart, is_paused, set_condition,
 };
 use crate::chart::{self, Cache};
 use crate::crd::Names;
@@ -55,9 +51,7 @@ use crate::runtime::{self, Metrics, ReconcileError};
 
 pub use error::Error;
 pub use objects::FIELD_MANAGER;
-
-/// How often a definition waiting for an administrator's approval looks again.
-const APPROVAL_POLL: Duration = Duration::from_secs(10);
+pub use watches::run;
 
 /// Most warnings kept in a definition's status.
 const WARNING_LIMIT: usize = 50;
@@ -92,7 +86,7 @@ pub struct Context {
     /// with how many times each was learnt.
     footprints: Mutex<BTreeMap<String, (permissions::ChartFootprint, u32)>>,
     /// The composition watch of each definition.
-    compositions: watch::Watches,
+    compositions: compositions::Watches,
     /// The registration Secrets of the clusters namespace, and which each placement selects.
     cluster_secrets: clusters::ClusterSecrets,
     /// Where those watches send the definitions to reconcile, taken by [`run`].
@@ -115,7 +109,7 @@ impl Context {
             controller: "compositor".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let (compositions, trigger_receiver) = watch::Watches::new(client.clone());
+        let (compositions, trigger_receiver) = compositions::Watches::new(client.clone());
         let cluster_secrets =
             clusters::ClusterSecrets::start(client.clone(), &config.clusters_namespace);
         Context {
@@ -133,79 +127,8 @@ impl Context {
     }
 }
 
-/// Runs the operator until `shutdown` resolves.
-pub async fn run(
-    context: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let client = context.client.clone();
-    let definitions: Api<CompositionDefinition> = match &context.config.namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    };
-    let owned = watcher::Config::default().labels(DEFINITION_LABEL);
-    let by_owner_annotation =
-        |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            let owner = meta.annotations.as_ref()?.get(OWNER_ANNOTATION)?;
-            let owner: ObjectKey = owner.parse().ok()?;
-            Some(ObjectRef::<CompositionDefinition>::new(&owner.name).within(&owner.namespace))
-        };
-    let triggers = context
-        .trigger_receiver
-        .lock()
-        .ok()
-        .and_then(|mut receiver| receiver.take())
-        .map(tokio_stream_of)
-        .unwrap_or_else(|| futures::stream::empty().boxed());
-    let controller = Controller::new(definitions, watcher::Config::default());
-    let phase = crate::runtime::definition_phase;
-    let counted = crate::runtime::Counted::Definitions;
-    context
-        .metrics
-        .count_phases(counted, controller.store(), phase);
-    let cluster_secrets_changed = context.cluster_secrets.changes(controller.store());
-    let results = controller
-        .reconcile_on(triggers)
-        .reconcile_on(cluster_secrets_changed)
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
-        .owns(Api::<Role>::all(client.clone()), owned.clone())
-        .watches(
-            Api::<RoleBinding>::all(client.clone()),
-            owned.clone(),
-            move |o: RoleBinding| by_owner_annotation(&o.metadata),
-        )
-        .watches(
-            Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone()),
-            owned.clone(),
-            move |o| by_owner_annotation(&o.metadata),
-        )
-        .watches(
-            Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone()),
-            owned,
-            move |o| by_owner_annotation(&o.metadata),
-        )
-        .watches(
-            Api::<CustomResourceDefinition>::all(client),
-            watcher::Config::default(),
-            move |o| by_owner_annotation(&o.metadata),
-        )
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(context.config.concurrency),
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context);
-    runtime::drain(results).await;
-}
-
-fn tokio_stream_of<T: Send + 'static>(
-    mut receiver: tokio::sync::mpsc::UnboundedReceiver<T>,
-) -> futures::stream::BoxStream<'static, T> {
-    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)).boxed()
-}
-
 #[tracing::instrument(skip(definition, context), fields(definition = %definition.name_any()))]
-async fn reconcile(
+pub(super) async fn reconcile(
     definition: Arc<CompositionDefinition>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
@@ -238,31 +161,6 @@ async fn reconcile_inner(
         }
     })
     .await
-}
-
-fn error_policy(
-    definition: Arc<CompositionDefinition>,
-    error: &Error,
-    _context: Arc<Context>,
-) -> Action {
-    match error {
-        Error::Waiting(_) | Error::CompositionsRemaining(_) => {
-            Action::requeue(Duration::from_secs(2))
-        }
-        // An approval is an RBAC grant, which no watch of the operator's sees. The lines are in
-        // the definition's status and its transition event; the log repeats them only at debug.
-        Error::ApprovalRequired { .. } => {
-            tracing::debug!(definition = %definition.name_any(), %error, "waiting for approval");
-            Action::requeue(APPROVAL_POLL)
-        }
-        error => {
-            runtime::log_failure("definition", &definition.name_any(), error);
-            match error.is_terminal() {
-                true => Action::requeue(Duration::from_secs(300)),
-                false => Action::requeue(Duration::from_secs(15)),
-            }
-        }
-    }
 }
 
 /// One reconcile of a live definition; on failure the failing step's condition says why.

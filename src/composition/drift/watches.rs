@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::connections::{Connections, Lease};
 use crate::api::ResourceRef;
-use crate::composition::watched::Watched;
+use crate::composition::cached::Cached;
 use crate::runtime::Metrics;
 
 /// The label Helm puts on every object it applies.
@@ -96,7 +96,7 @@ impl Watches {
     pub(in crate::composition) fn triggers(
         &self,
         kind: Arc<ApiResource>,
-    ) -> impl futures::Stream<Item = ObjectRef<Watched>> + Send + 'static {
+    ) -> impl futures::Stream<Item = ObjectRef<Cached>> + Send + 'static {
         let triggered = lock(&self.triggered).take();
         let stream = match triggered {
             Some(triggered) => receiver_stream(triggered).boxed(),

@@ -20,7 +20,7 @@ pub(super) type Kind = Arc<ApiResource>;
 
 /// What the watch cache keeps of a composition.
 #[derive(Clone, Debug)]
-pub struct Watched {
+pub struct Cached {
     /// Its name, namespace, UID and resource version; nothing else.
     metadata: ObjectMeta,
     /// The hash of what a user can change (see [`asked_for`]).
@@ -31,7 +31,7 @@ pub struct Watched {
     phase: Option<Phase>,
 }
 
-impl Watched {
+impl Cached {
     /// The hash of what a user can change: the spec (through the generation) and the metadata.
     /// The status is the controller's own, so that its writes change nothing here.
     pub(super) fn asked_for(&self) -> u64 {
@@ -52,7 +52,7 @@ impl Watched {
     }
 }
 
-/// The [`Watched::asked_for`] hash of a composition with `metadata`.
+/// The [`Cached::asked_for`] hash of a composition with `metadata`.
 pub(super) fn asked_for(metadata: &ObjectMeta) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     metadata.generation.hash(&mut hasher);
@@ -75,7 +75,7 @@ pub(super) fn asked_for(metadata: &ObjectMeta) -> u64 {
 /// The annotation `kubectl apply` keeps the whole applied object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-impl<'de> Deserialize<'de> for Watched {
+impl<'de> Deserialize<'de> for Cached {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// The parts of a composition read; serde skips the rest without building it.
         #[derive(Deserialize)]
@@ -93,7 +93,7 @@ impl<'de> Deserialize<'de> for Watched {
         let Composition { metadata, status } = Composition::deserialize(deserializer)?;
         let phase = status.and_then(|status| status.phase);
         let phase = phase.and_then(|phase| serde_json::from_value(phase.into()).ok());
-        Ok(Watched {
+        Ok(Cached {
             asked_for: asked_for(&metadata),
             version: metadata
                 .labels
@@ -111,7 +111,7 @@ impl<'de> Deserialize<'de> for Watched {
     }
 }
 
-impl Resource for Watched {
+impl Resource for Cached {
     type DynamicType = Kind;
     type Scope = DynamicResourceScope;
 
@@ -149,7 +149,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn watched(object: serde_json::Value) -> Watched {
+    fn watched(object: serde_json::Value) -> Cached {
         serde_json::from_value(object).expect("a composition")
     }
 

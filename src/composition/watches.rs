@@ -13,7 +13,7 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 
-use super::watched::{Watched, asked_for};
+use super::cached::{Cached, asked_for};
 use super::{Context, Error, reconcile};
 
 /// Runs the controller until `shutdown` resolves.
@@ -22,11 +22,11 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let kind = Arc::new(context.resource.clone());
-    let api = Api::<Watched>::all_with(context.client.clone(), &kind);
+    let api = Api::<Cached>::all_with(context.client.clone(), &kind);
     let writer = reflector::store::Writer::new(kind.clone());
     let reader = writer.as_reader();
     let version = context.config.identity.version.clone();
-    let phase = move |object: &Watched| object.phase_under(&version);
+    let phase = move |object: &Cached| object.phase_under(&version);
     let counted = crate::runtime::Counted::Compositions;
     context.metrics.count_phases(counted, reader.clone(), phase);
     // Small pages: a page's response is held whole while it is read.
@@ -36,7 +36,7 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            |object: &Watched| Some(object.asked_for()),
+            |object: &Cached| Some(object.asked_for()),
             PredicateConfig::default(),
         );
     let own = context.clone();
@@ -110,7 +110,7 @@ impl OwnChanges {
     }
 
     /// Whether `object` is just as the controller made it; either way, it is forgotten.
-    fn is_echo(&self, object: &Watched) -> bool {
+    fn is_echo(&self, object: &Cached) -> bool {
         let made = object.uid().and_then(|uid| self.lock().remove(&uid));
         made == Some(object.asked_for())
     }
@@ -124,7 +124,7 @@ impl OwnChanges {
 
 /// Logs the failure and looks again when the error says, later with each failure in a row
 /// (see [`Error::backoff`]).
-fn error_policy(object: Arc<Watched>, error: &Error, context: Arc<Context>) -> Action {
+fn error_policy(object: Arc<Cached>, error: &Error, context: Arc<Context>) -> Action {
     let failures = context.failures.failed(&object.uid().unwrap_or_default());
     crate::runtime::log_failure("composition", &object.name_any(), error);
     Action::requeue(error.backoff(failures))
@@ -142,7 +142,7 @@ mod tests {
     }
 
     /// `object` as the controller's write returns it, and as the watch cache keeps it.
-    fn written_and_watched(object: serde_json::Value) -> (DynamicObject, Watched) {
+    fn written_and_watched(object: serde_json::Value) -> (DynamicObject, Cached) {
         let written = serde_json::from_value(object.clone()).unwrap();
         (written, serde_json::from_value(object).unwrap())
     }
