@@ -8,6 +8,7 @@ pub mod approval;
 mod footprint;
 mod kinds;
 mod naming;
+mod objects;
 mod rbac;
 mod rules;
 
@@ -18,21 +19,19 @@ pub use naming::{NAMESPACE, PROBE_NAMESPACE, PROBE_RELEASE, Probe, RELEASE, Rele
 pub use rbac::Permissions;
 pub use rules::{ResolvedKind, uncovered};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
-};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CHART_REFERENCE_LABEL, CompositionDefinition, ControllerIdentity, DEFINITION_LABEL,
-    OWNER_ANNOTATION, ObjectKey, VERSION_LABEL, controller_name,
+    CompositionDefinition, ControllerIdentity, DEFINITION_LABEL, OWNER_ANNOTATION, ObjectKey,
+    VERSION_LABEL, controller_name,
 };
 
 /// Port of the controller's metrics and health endpoints.
@@ -220,176 +219,7 @@ impl Controller {
         cluster_name(&definition.namespace().unwrap_or_default(), &self.resource)
     }
 
-    /// The bundle of this version for `definition`.
-    pub fn bundle(&self, definition: &CompositionDefinition) -> Result<Bundle, serde_json::Error> {
-        let namespace = definition.namespace().unwrap_or_default();
-        let labels = bundle_labels(definition, &self.resource.version);
-        let annotations = bundle_annotations(definition);
-        let owned = ObjectMeta {
-            name: Some(self.name()),
-            namespace: Some(namespace.clone()),
-            labels: Some(labels.clone()),
-            annotations: Some(annotations.clone()),
-            owner_references: owner_reference(definition).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        };
-        let cluster_meta = |name: String| ObjectMeta {
-            name: Some(name),
-            labels: Some(labels.clone()),
-            annotations: Some(annotations.clone()),
-            ..ObjectMeta::default()
-        };
-        let subjects = Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: self.name(),
-            namespace: Some(namespace.clone()),
-            api_group: None,
-        }]);
-        let role_ref = |kind: &str, name: &str| RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: kind.into(),
-            name: name.into(),
-        };
-        let cluster_name = self.cluster_name(definition);
-
-        let chart_role_name = chart_role_name(&namespace, &self.resource);
-        let cluster_role = ClusterRole {
-            metadata: cluster_meta(cluster_name.clone()),
-            rules: Some(
-                self.permissions
-                    .controller_cluster_rules(&self.resource, &chart_role_name),
-            ),
-            ..ClusterRole::default()
-        };
-        let mut reference = cluster_meta(chart_role_name);
-        reference
-            .labels
-            .get_or_insert_default()
-            .insert(CHART_REFERENCE_LABEL.to_string(), "true".to_string());
-        let chart_cluster_role = ClusterRole {
-            metadata: reference,
-            rules: Some(self.permissions.chart_cluster_rules()),
-            ..ClusterRole::default()
-        };
-        let cluster_role_binding = ClusterRoleBinding {
-            metadata: cluster_meta(cluster_name.clone()),
-            role_ref: role_ref("ClusterRole", &cluster_name),
-            subjects: subjects.clone(),
-        };
-        let identity = self.release_identity(definition);
-        let identity_of = |namespace: &String| Subject {
-            kind: "ServiceAccount".into(),
-            name: identity.clone(),
-            namespace: Some(namespace.clone()),
-            api_group: None,
-        };
-        let release_namespaces: BTreeSet<&String> = self
-            .permissions
-            .releases
-            .iter()
-            .map(|place| &place.namespace)
-            .collect();
-        let releases_name = format!("{cluster_name}:releases");
-        let release_cluster_role = ClusterRole {
-            metadata: cluster_meta(releases_name.clone()),
-            rules: Some(self.permissions.release_cluster_rules()),
-            ..ClusterRole::default()
-        };
-        let mut release_subjects = subjects.clone().unwrap_or_default();
-        release_subjects.extend(release_namespaces.iter().map(|n| identity_of(n)));
-        let release_cluster_role_binding = ClusterRoleBinding {
-            metadata: cluster_meta(releases_name.clone()),
-            role_ref: role_ref("ClusterRole", &releases_name),
-            subjects: Some(release_subjects),
-        };
-        let release_identities = release_namespaces
-            .iter()
-            .map(|namespace| ServiceAccount {
-                metadata: ObjectMeta {
-                    name: Some(identity.clone()),
-                    namespace: Some(namespace.to_string()),
-                    ..cluster_meta(String::new())
-                },
-                ..ServiceAccount::default()
-            })
-            .collect();
-        let namespaced = |name: &str, namespace: String, rules, subjects| {
-            let metadata = ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(namespace),
-                ..cluster_meta(String::new())
-            };
-            let role = Role {
-                metadata: metadata.clone(),
-                rules: Some(rules),
-            };
-            let binding = RoleBinding {
-                metadata,
-                role_ref: role_ref("Role", name),
-                subjects: Some(subjects),
-            };
-            (role, binding)
-        };
-        let writers = self.permissions.writers();
-        let mut namespace_roles: Vec<(Role, RoleBinding)> = self
-            .permissions
-            .namespace_rules(&identity)
-            .into_iter()
-            .map(|(namespace, rules)| {
-                let mut bound = subjects.clone().unwrap_or_default();
-                let identities = writers.get(&namespace).into_iter().flatten();
-                bound.extend(identities.map(identity_of));
-                namespaced(&cluster_name, namespace, rules, bound)
-            })
-            .collect();
-        namespace_roles.sort_by_key(|(role, _)| {
-            release_namespaces.contains(&role.namespace().unwrap_or_default())
-        });
-        let controller_name = format!("{cluster_name}:controller");
-        let controller_roles = self
-            .permissions
-            .controller_namespace_rules(&namespace)
-            .into_iter()
-            .map(|(namespace, rules)| {
-                let bound = subjects.clone().unwrap_or_default();
-                namespaced(&controller_name, namespace, rules, bound)
-            })
-            .collect();
-        let mut definition_rules = self.permissions.definition_rules(
-            &definition.name_any(),
-            &definition.namespace().unwrap_or_default(),
-        );
-        definition_rules.extend(rbac::lease_rules(&self.name()));
-        let definition_role = Role {
-            metadata: owned.clone(),
-            rules: Some(definition_rules),
-        };
-        let definition_role_binding = RoleBinding {
-            metadata: owned.clone(),
-            role_ref: role_ref("Role", &self.name()),
-            subjects: subjects.clone(),
-        };
-
-        Ok(Bundle {
-            service_account: ServiceAccount {
-                metadata: owned.clone(),
-                ..ServiceAccount::default()
-            },
-            deployment: self.deployment(definition, owned)?,
-            cluster_role,
-            cluster_role_binding,
-            release_cluster_role,
-            release_cluster_role_binding,
-            chart_cluster_role,
-            release_identities,
-            namespace_roles,
-            controller_roles,
-            definition_role,
-            definition_role_binding,
-        })
-    }
-
-    fn deployment(
+    pub(super) fn deployment(
         &self,
         definition: &CompositionDefinition,
         metadata: ObjectMeta,

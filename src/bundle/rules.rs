@@ -122,3 +122,43 @@ fn allows_url(rule: &PolicyRule, verb: &str, url: &str) -> bool {
     };
     listed(Some(&rule.verbs), verb) && rule.non_resource_urls.iter().flatten().any(matches)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_is_covered_only_by_rules_that_allow_all_it_allows() {
+        let rule = |verbs: &[&str], resources: &[&str], names: &[&str]| PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+            resource_names: (!names.is_empty())
+                .then(|| names.iter().map(|n| n.to_string()).collect()),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..PolicyRule::default()
+        };
+        let granted = [
+            rule(&["get", "list", "watch"], &["secrets"], &[]),
+            rule(&["update"], &["configmaps"], &["lock"]),
+        ];
+        let fine = [
+            rule(&["get"], &["secrets"], &[]),
+            rule(&["update"], &["configmaps"], &["lock"]),
+        ];
+        assert!(uncovered(&granted, &fine).is_empty());
+        let wider = [
+            rule(&["delete"], &["secrets"], &[]),
+            rule(&["update"], &["configmaps"], &[]),
+            rule(&["get"], &["*"], &[]),
+            rule(&["*"], &["secrets"], &[]),
+        ];
+        assert_eq!(uncovered(&granted, &wider), wider);
+        let url = |urls: &[&str]| PolicyRule {
+            non_resource_urls: Some(urls.iter().map(|u| u.to_string()).collect()),
+            verbs: vec!["get".into()],
+            ..PolicyRule::default()
+        };
+        assert!(uncovered(&[url(&["/metrics*"])], &[url(&["/metrics/cadvisor"])]).is_empty());
+        assert_eq!(uncovered(&[url(&["/metrics"])], &[url(&["/*"])]).len(), 1);
+    }
+}

@@ -1,6 +1,7 @@
 use super::*;
 use crate::api::CompositionDefinitionSpec;
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use std::collections::BTreeSet;
 
 fn definition(namespace: &str, name: &str) -> CompositionDefinition {
     let mut definition = CompositionDefinition::new(
@@ -366,40 +367,6 @@ fn each_release_namespace_has_an_identity_bound_only_where_its_releases_write() 
         "the controller and both identities"
     );
     assert!(bundle.cluster_role_binding.subjects.unwrap().len() == 1);
-}
-
-#[test]
-fn a_rule_is_covered_only_by_rules_that_allow_all_it_allows() {
-    let rule = |verbs: &[&str], resources: &[&str], names: &[&str]| PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        resource_names: (!names.is_empty()).then(|| names.iter().map(|n| n.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..PolicyRule::default()
-    };
-    let granted = [
-        rule(&["get", "list", "watch"], &["secrets"], &[]),
-        rule(&["update"], &["configmaps"], &["lock"]),
-    ];
-    let fine = [
-        rule(&["get"], &["secrets"], &[]),
-        rule(&["update"], &["configmaps"], &["lock"]),
-    ];
-    assert!(uncovered(&granted, &fine).is_empty());
-    let wider = [
-        rule(&["delete"], &["secrets"], &[]),
-        rule(&["update"], &["configmaps"], &[]),
-        rule(&["get"], &["*"], &[]),
-        rule(&["*"], &["secrets"], &[]),
-    ];
-    assert_eq!(uncovered(&granted, &wider), wider);
-    let url = |urls: &[&str]| PolicyRule {
-        non_resource_urls: Some(urls.iter().map(|u| u.to_string()).collect()),
-        verbs: vec!["get".into()],
-        ..PolicyRule::default()
-    };
-    assert!(uncovered(&[url(&["/metrics*"])], &[url(&["/metrics/cadvisor"])]).is_empty());
-    assert_eq!(uncovered(&[url(&["/metrics"])], &[url(&["/*"])]).len(), 1);
 }
 
 #[test]
