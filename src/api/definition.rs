@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::chart::credentials::{CaBundleRef, ChartCredentials};
+use super::{CaBundleRef, ChartCredentials};
 
 /// A Helm chart served as a Kubernetes API: one CRD version per chart version, and one
 /// controller per CRD version that installs the chart for every object of that version.

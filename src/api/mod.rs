@@ -4,6 +4,7 @@
 mod composition;
 mod conditions;
 mod contract;
+mod credentials;
 mod definition;
 
 pub use composition::{
@@ -17,6 +18,7 @@ pub use conditions::{
 pub use contract::{
     ControllerIdentity, MAX_RELEASE_NAME, ObjectKey, controller_name, release_name,
 };
+pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef, SecretRef};
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,

@@ -144,51 +144,15 @@ pub(crate) fn read_archive(
         budget.count_entry(chart)?;
         let raw_name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let shown = format!("{prefix}{raw_name}");
-        let kind = entry.header().entry_type();
-        match kind {
-            EntryType::Regular | EntryType::Continuous => {}
-            EntryType::Directory | EntryType::XGlobalHeader | EntryType::XHeader => continue,
-            EntryType::Symlink | EntryType::Link => {
-                return Err(Error::invalid(
-                    chart,
-                    shown,
-                    "links are not allowed in a chart",
-                ));
-            }
-            EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                return Err(Error::invalid(
-                    chart,
-                    shown,
-                    "device files are not allowed in a chart",
-                ));
-            }
-            _ => {
-                return Err(Error::invalid(
-                    chart,
-                    shown,
-                    format!(
-                        "unsupported archive entry type {:?}",
-                        kind.as_byte() as char
-                    ),
-                ));
-            }
+        if !is_file(entry.header().entry_type(), chart, &shown)? {
+            continue;
         }
         let name =
             chart_relative(&raw_name).map_err(|detail| Error::invalid(chart, &shown, detail))?;
 
-        let allowance = budget.allowance();
         // The size after PAX extensions, which may exceed what the plain header can hold.
         let declared = entry.size();
-        if declared > allowance {
-            budget.spend(chart, &shown, declared)?;
-        }
-        // Never trust the header: read at most one byte more than allowed.
-        let mut content = Vec::with_capacity(declared.min(allowance) as usize);
-        (&mut entry)
-            .take(allowance.saturating_add(1))
-            .read_to_end(&mut content)
-            .map_err(|e| Error::invalid(chart, &shown, e.to_string()))?;
-        budget.spend(chart, &shown, content.len() as u64)?;
+        let content = read_entry(&mut entry, declared, chart, &shown, budget)?;
         files.insert(name, content);
     }
     if files.is_empty() {
@@ -199,6 +163,55 @@ pub(crate) fn read_archive(
         ));
     }
     Ok(files)
+}
+
+/// Whether an archive entry is a file to read (not a directory or header); an entry that could
+/// escape the chart root or is not a file is refused.
+fn is_file(kind: EntryType, chart: &str, shown: &str) -> Result<bool, Error> {
+    match kind {
+        EntryType::Regular | EntryType::Continuous => Ok(true),
+        EntryType::Directory | EntryType::XGlobalHeader | EntryType::XHeader => Ok(false),
+        EntryType::Symlink | EntryType::Link => Err(Error::invalid(
+            chart,
+            shown,
+            "links are not allowed in a chart",
+        )),
+        EntryType::Char | EntryType::Block | EntryType::Fifo => Err(Error::invalid(
+            chart,
+            shown,
+            "device files are not allowed in a chart",
+        )),
+        _ => Err(Error::invalid(
+            chart,
+            shown,
+            format!(
+                "unsupported archive entry type {:?}",
+                kind.as_byte() as char
+            ),
+        )),
+    }
+}
+
+/// The content of an archive entry, paid for from `budget`.
+fn read_entry(
+    entry: &mut impl Read,
+    declared: u64,
+    chart: &str,
+    shown: &str,
+    budget: &mut Budget,
+) -> Result<Vec<u8>, Error> {
+    let allowance = budget.allowance();
+    if declared > allowance {
+        budget.spend(chart, shown, declared)?;
+    }
+    // Never trust the header: read at most one byte more than allowed.
+    let mut content = Vec::with_capacity(declared.min(allowance) as usize);
+    entry
+        .take(allowance.saturating_add(1))
+        .read_to_end(&mut content)
+        .map_err(|e| Error::invalid(chart, shown, e.to_string()))?;
+    budget.spend(chart, shown, content.len() as u64)?;
+    Ok(content)
 }
 
 fn prefix_label(prefix: &str) -> String {

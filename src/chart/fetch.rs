@@ -1,4 +1,6 @@
-//! The one entry point that turns a [`ChartRef`] into a verified, cached, unpacked chart.
+//! The one flow that turns a [`ChartRef`] into a verified, cached, unpacked chart: repository
+//! → index → archive → cache. A Helm repository and an OCI registry are two [`Source`]s of the
+//! same flow; a `.tgz` URL has no index and goes straight to the archive.
 
 use std::path::PathBuf;
 
@@ -6,13 +8,15 @@ use url::Url;
 
 use super::cache::{Cache, CachedRef, sha256_digest};
 use super::http::Http;
-use super::reference::{ChartRef, redact_url};
-use super::repo::{self, IndexEntry};
+use super::oci::OciRepository;
+use super::reference::ChartRef;
+use super::repo::HelmRepository;
+use super::source::Source;
 use super::version::{VersionSpec, highest, parse_version};
-use super::{Error, Limits, Package, oci};
+use super::{Error, Limits, Package};
 
 /// How many existing versions a `VersionNotFound` message lists.
-pub(crate) const AVAILABLE_SHOWN: usize = 5;
+const AVAILABLE_SHOWN: usize = 5;
 
 /// A chart fetched, verified and read.
 #[derive(Clone, Debug)]
@@ -77,11 +81,13 @@ pub async fn fetch_with_limits(
         detail: format!("invalid URL: {e}"),
     })?;
     match url.scheme() {
-        "oci" => oci::fetch(chart, &url, cache, limits).await,
+        "oci" => fetch_published(OciRepository::new(chart, &url)?, chart, cache, limits).await,
         "http" | "https" if is_archive_path(url.path()) => {
             fetch_archive_url(chart, &url, cache, limits).await
         }
-        "http" | "https" => fetch_from_repository(chart, &url, cache, limits).await,
+        "http" | "https" => {
+            fetch_published(HelmRepository::new(chart, &url)?, chart, cache, limits).await
+        }
         other => Err(Error::RepositoryUnreachable {
             url: shown,
             detail: format!("unsupported URL scheme {other:?}; use https://, http:// or oci://"),
@@ -93,8 +99,102 @@ fn is_archive_path(path: &str) -> bool {
     path.ends_with(".tgz") || path.ends_with(".tar.gz")
 }
 
+/// A chart from a source that publishes its versions: served from the cache when the chosen
+/// version is there, otherwise downloaded, verified and cached.
+async fn fetch_published<S: Source>(
+    mut source: S,
+    chart: &ChartRef,
+    cache: &Cache,
+    limits: Limits,
+) -> Result<Fetched, Error> {
+    let spec = version_spec(chart, source.name())?;
+
+    // An exact version that is cached needs nothing from the network.
+    let requested_key = cache.key(chart, chart.version());
+    if spec.is_exact()
+        && let Some(hit) = from_cache(cache, &requested_key, limits)
+    {
+        return Ok(hit);
+    }
+
+    let entry = choose(&mut source, chart, cache, &spec, limits).await?;
+    let version = S::version_of(&entry);
+    let version_key = cache.key(chart, &version);
+    if let Some(hit) = from_cache(cache, &version_key, limits) {
+        // The version was requested in another spelling: remember that spelling too.
+        if spec.is_exact() && requested_key != version_key {
+            let _ = cache.put_ref(
+                &requested_key,
+                &CachedRef {
+                    version: hit.version.clone(),
+                    url: hit.url.clone(),
+                    digest: hit.digest.clone(),
+                },
+            );
+        }
+        return Ok(hit);
+    }
+
+    let download = source.download(&entry, limits).await?;
+    let mut keys = vec![version_key];
+    if spec.is_exact() && !keys.contains(&requested_key) {
+        keys.push(requested_key);
+    }
+    store(
+        cache,
+        &keys,
+        &download.bytes,
+        &download.url,
+        &version,
+        download.expected_digest.as_deref(),
+        limits,
+    )
+}
+
+/// The entry of the version to fetch: an exact version looked up directly where the source
+/// can, otherwise the best one of the listing. Only a range trusts a cached listing (while it
+/// is fresh); an exact version reads it again, since it may have just been published.
+async fn choose<S: Source>(
+    source: &mut S,
+    chart: &ChartRef,
+    cache: &Cache,
+    spec: &VersionSpec,
+    limits: Limits,
+) -> Result<S::Entry, Error> {
+    let requested = chart.version();
+    if spec.is_exact()
+        && let Some(entry) = source.lookup(requested).await?
+    {
+        return Ok(entry);
+    }
+    let listing_key = cache.key(chart, S::LISTING_KEY);
+    let cached = if spec.is_exact() {
+        None
+    } else {
+        cache.fresh_listing::<Vec<S::Entry>>(&listing_key)
+    };
+    let entries = match cached {
+        Some(entries) => entries,
+        None => {
+            let entries = source.list(limits).await?;
+            cache.put_listing(&listing_key, &entries)?;
+            entries
+        }
+    };
+    if let Some(entry) = S::select(&entries, spec, requested) {
+        return Ok(entry.clone());
+    }
+    let versions: Vec<String> = entries.iter().map(S::version_of).collect();
+    Err(Error::VersionNotFound {
+        url: source.location().to_string(),
+        chart: source.name().to_string(),
+        version: requested.to_string(),
+        available: highest(versions.iter().map(String::as_str), AVAILABLE_SHOWN),
+    })
+}
+
 /// Parses the requested version, naming the chart in the error.
-pub(crate) fn version_spec(chart: &ChartRef, name: &str) -> Result<VersionSpec, Error> {
+fn version_spec(chart: &ChartRef, name: &str) -> Result<VersionSpec, Error> {
     VersionSpec::parse(chart.version()).map_err(|detail| Error::InvalidVersion {
         url: chart.display_url(),
         chart: name.to_string(),
@@ -104,7 +204,7 @@ pub(crate) fn version_spec(chart: &ChartRef, name: &str) -> Result<VersionSpec, 
 }
 
 /// The cached chart recorded under `key`, if its archive is still cached and intact.
-pub(crate) fn from_cache(cache: &Cache, key: &str, limits: Limits) -> Option<Fetched> {
+fn from_cache(cache: &Cache, key: &str, limits: Limits) -> Option<Fetched> {
     let record = cache.get_ref(key)?;
     let (archive_path, bytes) = cache.blob(&record.digest)?;
     let label = format!("{} version {}", record.url, record.version);
@@ -124,7 +224,7 @@ pub(crate) fn from_cache(cache: &Cache, key: &str, limits: Limits) -> Option<Fet
 }
 
 /// Verifies, reads and caches a downloaded archive, recording it under every key in `keys`.
-pub(crate) fn store(
+fn store(
     cache: &Cache,
     keys: &[String],
     bytes: &[u8],
@@ -172,137 +272,6 @@ fn normalize_digest(digest: &str) -> String {
     } else {
         format!("sha256:{digest}")
     }
-}
-
-/// A Helm repository: `url` is the base, `repo` the chart name.
-async fn fetch_from_repository(
-    chart: &ChartRef,
-    base: &Url,
-    cache: &Cache,
-    limits: Limits,
-) -> Result<Fetched, Error> {
-    let shown = chart.display_url();
-    let Some(name) = chart.repo() else {
-        return Err(Error::ChartNotFound {
-            url: shown,
-            chart: String::new(),
-        });
-    };
-    let spec = version_spec(chart, name)?;
-    let requested = chart.version();
-
-    // An exact version that is cached needs nothing from the network.
-    let requested_key = cache.key(chart, requested);
-    if spec.is_exact()
-        && let Some(hit) = from_cache(cache, &requested_key, limits)
-    {
-        return Ok(hit);
-    }
-
-    // The client is built only when the network is needed.
-    let mut http: Option<Http> = None;
-    let listing_key = cache.key(chart, "\0index");
-    let cached_listing = if spec.is_exact() {
-        None
-    } else {
-        cache.fresh_listing::<Vec<IndexEntry>>(&listing_key)
-    };
-    let entries = match cached_listing {
-        Some(entries) => entries,
-        None => {
-            let index_url = repo::index_url(base);
-            let shown_index = redact_url(index_url.as_str());
-            let body = client(&mut http, chart)?
-                .get(&index_url, base, limits.max_index_size, || {
-                    Error::RepositoryUnreachable {
-                        url: shown_index.clone(),
-                        detail: "HTTP 404 Not Found: no index.yaml (is this a Helm repository?)"
-                            .to_string(),
-                    }
-                })
-                .await?;
-            let entries =
-                repo::chart_entries(&body.bytes, name, &shown_index)?.ok_or_else(|| {
-                    Error::ChartNotFound {
-                        url: shown.clone(),
-                        chart: name.to_string(),
-                    }
-                })?;
-            cache.put_listing(&listing_key, &entries)?;
-            entries
-        }
-    };
-    let entry = repo::select(&entries, &spec, requested).ok_or_else(|| Error::VersionNotFound {
-        url: shown.clone(),
-        chart: name.to_string(),
-        version: requested.to_string(),
-        available: highest(entries.iter().map(|e| e.version.as_str()), AVAILABLE_SHOWN),
-    })?;
-
-    let version_key = cache.key(chart, &entry.version);
-    if let Some(hit) = from_cache(cache, &version_key, limits) {
-        if spec.is_exact() && requested_key != version_key {
-            let _ = cache.put_ref(
-                &requested_key,
-                &CachedRef {
-                    version: hit.version.clone(),
-                    url: hit.url.clone(),
-                    digest: hit.digest.clone(),
-                },
-            );
-        }
-        return Ok(hit);
-    }
-
-    let first = entry
-        .urls
-        .first()
-        .ok_or_else(|| Error::RepositoryUnreachable {
-            url: shown.clone(),
-            detail: format!("the index lists no URL for {name} {}", entry.version),
-        })?;
-    let chart_url =
-        repo::resolve_chart_url(base, first).map_err(|detail| Error::RepositoryUnreachable {
-            url: shown.clone(),
-            detail: format!("invalid chart URL {first:?} in the index: {detail}"),
-        })?;
-    let shown_chart = redact_url(chart_url.as_str());
-    tracing::info!(url = %shown_chart, version = %entry.version, "downloading chart");
-    let body = client(&mut http, chart)?
-        .get(&chart_url, base, limits.max_archive_size, || {
-            Error::ChartNotFound {
-                url: shown_chart.clone(),
-                chart: name.to_string(),
-            }
-        })
-        .await?;
-    let mut keys = vec![version_key];
-    if spec.is_exact() && !keys.contains(&requested_key) {
-        keys.push(requested_key);
-    }
-    store(
-        cache,
-        &keys,
-        &body.bytes,
-        &shown_chart,
-        &entry.version,
-        entry.digest.as_deref().filter(|d| !d.trim().is_empty()),
-        limits,
-    )
-}
-
-/// The HTTP client in `slot`, built on first use.
-fn client<'s, 'c>(
-    slot: &'s mut Option<Http<'c>>,
-    chart: &'c ChartRef,
-) -> Result<&'s Http<'c>, Error> {
-    if slot.is_none() {
-        *slot = Some(Http::new(chart)?);
-    }
-    slot.as_ref().ok_or_else(|| Error::RepositoryUnreachable {
-        url: chart.display_url(),
-        detail: "no HTTP client".to_string(),
-    })
 }
 
 /// A URL of a `.tgz`. Its content is taken as immutable: once cached it is not downloaded

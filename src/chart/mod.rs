@@ -1,10 +1,11 @@
 //! Charts: where they come from (Helm repositories, OCI registries, `.tgz` URLs) and what is
 //! inside them.
 //!
-//! [`fetch`] turns a [`ChartRef`] into a verified, cached [`Package`]; [`credentials::resolve`]
-//! builds the reference's credentials and CA bundle from Secrets and ConfigMaps;
-//! [`Package::load`] reads a local directory or `.tgz`; [`values::coalesced`] gives a chart's
-//! values as Helm sees them.
+//! [`fetch`] turns a [`ChartRef`] into a verified, cached [`Package`] in one flow (repository →
+//! index → archive → cache) in which a Helm repository and an OCI registry are two sources of
+//! versions and archives; [`credentials::resolve`] builds the reference's credentials and CA
+//! bundle from Secrets and ConfigMaps; [`Package::load`] reads a local directory or `.tgz`;
+//! [`values::coalesced`] gives a chart's values as Helm sees them.
 
 mod archive;
 mod cache;
@@ -16,6 +17,7 @@ mod oci;
 mod package;
 mod reference;
 mod repo;
+mod source;
 pub mod values;
 pub mod version;
 

@@ -241,8 +241,44 @@ fn parse(
     budget: &mut Budget,
     depth: usize,
 ) -> Result<Package, Error> {
-    let at = |file: &str| format!("{prefix}{file}");
+    let metadata = metadata(&files, chart, prefix)?;
+    let values_text = files
+        .get("values.yaml")
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .unwrap_or_default();
+    let values = values(&files, chart, prefix)?;
+    let schema = match files.get("values.schema.json") {
+        None => None,
+        Some(bytes) => Some(serde_json::from_slice::<Value>(bytes).map_err(|e| {
+            Error::invalid(
+                chart,
+                format!("{prefix}values.schema.json"),
+                format!("invalid JSON: {e}"),
+            )
+        })?),
+    };
+    let templates = files
+        .range("templates/".to_string()..)
+        .take_while(|(path, _)| path.starts_with("templates/"))
+        .map(|(path, content)| TemplateFile {
+            path: path.clone(),
+            content: String::from_utf8_lossy(content).into_owned(),
+        })
+        .collect();
+    let subcharts = subcharts(&mut files, chart, prefix, budget, depth)?;
+    Ok(Package {
+        metadata,
+        values,
+        values_text,
+        schema,
+        templates,
+        subcharts,
+    })
+}
 
+/// Chart.yaml, checked, with a v1 chart's `requirements.yaml` as its dependencies.
+fn metadata(files: &Files, chart: &str, prefix: &str) -> Result<ChartMetadata, Error> {
+    let at = |file: &str| format!("{prefix}{file}");
     let chart_yaml = files
         .get("Chart.yaml")
         .ok_or_else(|| Error::invalid(chart, at("Chart.yaml"), "missing"))?;
@@ -280,52 +316,33 @@ fn parse(
             yaml(requirements).map_err(|e| Error::invalid(chart, at("requirements.yaml"), e))?;
         metadata.dependencies = requirements.map(|r| r.dependencies).unwrap_or_default();
     }
+    Ok(metadata)
+}
 
-    let values_text = files
-        .get("values.yaml")
-        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
-        .unwrap_or_default();
-    let values = match files.get("values.yaml") {
-        None => Value::Object(Default::default()),
-        Some(bytes) => {
-            let value: Option<Value> =
-                yaml(bytes).map_err(|e| Error::invalid(chart, at("values.yaml"), e))?;
-            match value {
-                None | Some(Value::Null) => Value::Object(Default::default()),
-                Some(v @ Value::Object(_)) => v,
-                Some(_) => {
-                    return Err(Error::invalid(
-                        chart,
-                        at("values.yaml"),
-                        "values must be a mapping",
-                    ));
-                }
-            }
-        }
+/// values.yaml as JSON: a mapping, or an empty one when the file is missing or empty.
+fn values(files: &Files, chart: &str, prefix: &str) -> Result<Value, Error> {
+    let Some(bytes) = files.get("values.yaml") else {
+        return Ok(Value::Object(Default::default()));
     };
+    let at = format!("{prefix}values.yaml");
+    let value: Option<Value> = yaml(bytes).map_err(|e| Error::invalid(chart, &at, e))?;
+    match value {
+        None | Some(Value::Null) => Ok(Value::Object(Default::default())),
+        Some(v @ Value::Object(_)) => Ok(v),
+        Some(_) => Err(Error::invalid(chart, at, "values must be a mapping")),
+    }
+}
 
-    let schema = match files.get("values.schema.json") {
-        None => None,
-        Some(bytes) => Some(serde_json::from_slice::<Value>(bytes).map_err(|e| {
-            Error::invalid(
-                chart,
-                at("values.schema.json"),
-                format!("invalid JSON: {e}"),
-            )
-        })?),
-    };
-
-    let templates = files
-        .range("templates/".to_string()..)
-        .take_while(|(path, _)| path.starts_with("templates/"))
-        .map(|(path, content)| TemplateFile {
-            path: path.clone(),
-            content: String::from_utf8_lossy(content).into_owned(),
-        })
-        .collect();
-
-    // Subcharts: `charts/<name>.tgz` or `charts/<name>/…`. Like Helm, names starting with `_`
-    // or `.` and provenance files are skipped.
+/// The subcharts under `charts/`, taken out of `files`: `charts/<name>.tgz` or
+/// `charts/<name>/…`. Like Helm, names starting with `_` or `.` and provenance files are
+/// skipped.
+fn subcharts(
+    files: &mut Files,
+    chart: &str,
+    prefix: &str,
+    budget: &mut Budget,
+    depth: usize,
+) -> Result<Vec<Package>, Error> {
     let mut packed: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut unpacked: BTreeMap<String, Files> = BTreeMap::new();
     let chart_files: Vec<String> = files
@@ -377,15 +394,7 @@ fn parse(
         let files = archive::read_archive(&bytes, chart, &sub_prefix, budget)?;
         subcharts.push(parse(files, chart, &sub_prefix, budget, depth + 1)?);
     }
-
-    Ok(Package {
-        metadata,
-        values,
-        values_text,
-        schema,
-        templates,
-        subcharts,
-    })
+    Ok(subcharts)
 }
 
 /// Parses YAML from bytes with serde-saphyr (which bounds aliases and nesting).

@@ -1,12 +1,16 @@
-//! Helm HTTP repositories: reading `index.yaml`, picking a version, resolving the chart URL.
+//! Helm HTTP repositories: reading `index.yaml`, picking a version, resolving the chart URL,
+//! and a repository as a [`Source`] of chart versions.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use url::Url;
 
-use super::Error;
+use super::http::Http;
+use super::reference::{ChartRef, redact_url};
+use super::source::{Download, Source, built};
 use super::version::VersionSpec;
+use super::{Error, Limits};
 
 /// One version of a chart in a repository index.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -98,6 +102,117 @@ pub(crate) fn select<'a>(
 ) -> Option<&'a IndexEntry> {
     spec.select(requested, entries.iter().map(|e| (e.version.as_str(), e)))
         .map(|(_, e)| e)
+}
+
+/// A chart in a Helm repository: the reference's `url` is the repository, its `repo` the
+/// chart's name.
+pub(crate) struct HelmRepository<'c> {
+    chart: &'c ChartRef,
+    base: Url,
+    name: String,
+    shown: String,
+    /// Built on first use: a cached chart needs no client.
+    http: Option<Http<'c>>,
+}
+
+impl<'c> HelmRepository<'c> {
+    /// The repository at `base` holding the reference's chart.
+    pub(crate) fn new(chart: &'c ChartRef, base: &Url) -> Result<Self, Error> {
+        let shown = chart.display_url();
+        let Some(name) = chart.repo() else {
+            return Err(Error::ChartNotFound {
+                url: shown,
+                chart: String::new(),
+            });
+        };
+        Ok(HelmRepository {
+            chart,
+            base: base.clone(),
+            name: name.to_string(),
+            shown,
+            http: None,
+        })
+    }
+}
+
+impl Source for HelmRepository<'_> {
+    type Entry = IndexEntry;
+
+    const LISTING_KEY: &'static str = "\0index";
+
+    fn location(&self) -> &str {
+        &self.shown
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn version_of(entry: &IndexEntry) -> String {
+        entry.version.clone()
+    }
+
+    fn select<'e>(
+        entries: &'e [IndexEntry],
+        spec: &VersionSpec,
+        requested: &str,
+    ) -> Option<&'e IndexEntry> {
+        select(entries, spec, requested)
+    }
+
+    /// An index has no lookup of one version: it is read whole.
+    async fn lookup(&mut self, _requested: &str) -> Result<Option<IndexEntry>, Error> {
+        Ok(None)
+    }
+
+    async fn list(&mut self, limits: Limits) -> Result<Vec<IndexEntry>, Error> {
+        let index_url = index_url(&self.base);
+        let shown_index = redact_url(index_url.as_str());
+        let body = built(&mut self.http, || Http::new(self.chart))?
+            .get(&index_url, &self.base, limits.max_index_size, || {
+                Error::RepositoryUnreachable {
+                    url: shown_index.clone(),
+                    detail: "HTTP 404 Not Found: no index.yaml (is this a Helm repository?)"
+                        .to_string(),
+                }
+            })
+            .await?;
+        chart_entries(&body.bytes, &self.name, &shown_index)?.ok_or_else(|| Error::ChartNotFound {
+            url: self.shown.clone(),
+            chart: self.name.clone(),
+        })
+    }
+
+    async fn download(&mut self, entry: &IndexEntry, limits: Limits) -> Result<Download, Error> {
+        let first = entry
+            .urls
+            .first()
+            .ok_or_else(|| Error::RepositoryUnreachable {
+                url: self.shown.clone(),
+                detail: format!("the index lists no URL for {} {}", self.name, entry.version),
+            })?;
+        let chart_url = resolve_chart_url(&self.base, first).map_err(|detail| {
+            Error::RepositoryUnreachable {
+                url: self.shown.clone(),
+                detail: format!("invalid chart URL {first:?} in the index: {detail}"),
+            }
+        })?;
+        let shown_chart = redact_url(chart_url.as_str());
+        tracing::info!(url = %shown_chart, version = %entry.version, "downloading chart");
+        let body = built(&mut self.http, || Http::new(self.chart))?
+            .get(&chart_url, &self.base, limits.max_archive_size, || {
+                Error::ChartNotFound {
+                    url: shown_chart.clone(),
+                    chart: self.name.clone(),
+                }
+            })
+            .await?;
+        Ok(Download {
+            bytes: body.bytes,
+            url: shown_chart,
+            expected_digest: entry.digest.clone().filter(|d| !d.trim().is_empty()),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use super::{Context, Error, permissions};
-use crate::api::{ClusterPlacement, CompositionDefinition};
+use crate::api::{CaBundleKind, ClusterPlacement, CompositionDefinition};
 use crate::chart::{self, Fetched, credentials::RefPolicy};
 use crate::crd::{self, BuildOptions, NameOverrides};
 
@@ -53,7 +53,7 @@ pub(super) fn referenced_config_maps(
         .chart
         .ca_bundle_ref
         .iter()
-        .filter(|r| r.kind != Some(chart::credentials::CaBundleKind::Secret))
+        .filter(|r| r.kind != Some(CaBundleKind::Secret))
         .map(|r| {
             let namespace = r.namespace.clone();
             (
