@@ -288,9 +288,29 @@ async fn converge(
     )
     .await?;
 
-    let incomplete = !served.warnings.is_empty();
     status.inferred = crd.inferred;
-    let mut warnings = crd.warnings;
+    Ok(record_served(
+        definition,
+        context,
+        status,
+        crd.warnings,
+        served,
+        moving,
+    ))
+}
+
+/// Records what was served in `status` (the ControllerReady step), and when to look again:
+/// soon while compositions move or a bundle is incomplete, else at the next resync, or sooner
+/// when a kind is to be learnt again.
+fn record_served(
+    definition: &CompositionDefinition,
+    context: &Context,
+    status: &mut CompositionDefinitionStatus,
+    mut warnings: Vec<String>,
+    served: bundles::Served,
+    moving: bool,
+) -> Action {
+    let incomplete = !served.warnings.is_empty();
     warnings.extend(served.warnings);
     warnings.truncate(WARNING_LIMIT);
     status.warnings = warnings;
@@ -309,13 +329,13 @@ async fn converge(
     let relearn = served
         .retry_at
         .map(|at| at.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
-    Ok(if moving {
+    if moving {
         Action::requeue(Duration::from_secs(2))
     } else if incomplete {
         Action::requeue(Duration::from_secs(30))
     } else {
         Action::requeue(relearn.map_or(context.config.resync, |at| at.min(context.config.resync)))
-    })
+    }
 }
 
 /// Fetches the chart the definition names (the ChartResolved step); a chart that creates no
