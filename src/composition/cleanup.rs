@@ -123,16 +123,25 @@ async fn remove_bounded(
     let uid = object.uid().unwrap_or_default();
     match remove(object, context, target, owns_namespace).await {
         Ok(()) => {
-            context.uninstall_attempts.forget(&uid, &target.cluster);
+            context
+                .memory
+                .uninstall_attempts
+                .forget(&uid, &target.cluster);
             Ok(())
         }
         Err(error) if target.cluster == LOCAL_CLUSTER => Err(error),
         Err(error) => {
-            let attempts = context.uninstall_attempts.failed(&uid, &target.cluster);
+            let attempts = context
+                .memory
+                .uninstall_attempts
+                .failed(&uid, &target.cluster);
             if attempts < context.config.remote_uninstall_attempts {
                 return Err(error);
             }
-            context.uninstall_attempts.forget(&uid, &target.cluster);
+            context
+                .memory
+                .uninstall_attempts
+                .forget(&uid, &target.cluster);
             let note = format!(
                 "release {} on cluster {} abandoned after {attempts} attempts: {}",
                 target.release,

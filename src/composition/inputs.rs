@@ -202,9 +202,12 @@ pub(super) async fn fetch_chart(
         .filter(|chart| chart.version == chart_version)
         .map(|chart| chart.digest.as_str());
     let options = &definition.spec.schema;
-    if let Some(last) =
-        digest.and_then(|digest| context.last_chart.get(&chart_version, digest, options))
-    {
+    if let Some(last) = digest.and_then(|digest| {
+        context
+            .memory
+            .last_chart
+            .get(&chart_version, digest, options)
+    }) {
         return Ok(last);
     }
     let policy = chart::credentials::RefPolicy {
@@ -216,7 +219,7 @@ pub(super) async fn fetch_chart(
     reference.version = Some(chart_version);
     let fetched = chart::fetch(&reference, &context.cache).await?;
     let chart = Arc::new(Chart::new(fetched, options)?);
-    context.last_chart.remember(&chart);
+    context.memory.last_chart.remember(&chart);
     Ok(chart)
 }
 

@@ -20,6 +20,7 @@ mod attempt;
 mod cached;
 mod cleanup;
 mod confinement;
+mod context;
 mod drift;
 mod error;
 mod handover;
@@ -32,6 +33,7 @@ mod status;
 mod values;
 mod watches;
 
+pub use context::{Config, Context};
 pub use error::{Error, HelmStep};
 pub use kubeconfig::kubeconfig_for;
 pub use values::{fingerprint, values_of};
@@ -39,201 +41,21 @@ pub use watches::run;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, ControllerIdentity, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase,
-    VERSION_LABEL, is_paused,
+    CompositionDefinition, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
 };
-use crate::chart::Cache;
-use crate::helm;
-use crate::runtime::events::{Recorder, Reporter};
-use crate::runtime::{Metrics, finalized, timed};
+use crate::runtime::{finalized, timed};
 use inputs::Release;
 use release::{Failure, Outcome};
 use status::StatusWriter;
-
-/// Which composition resource and definition this controller serves.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Which definition version this controller serves, as the operator started it.
-    pub identity: ControllerIdentity,
-    /// Compositions reconciled at once.
-    pub workers: u16,
-    /// Reconcile every composition at least this often.
-    pub resync: Duration,
-    /// How many times a deleted composition's release on an unreachable cluster is tried
-    /// before it is abandoned with an event, so that deletion never hangs.
-    pub remote_uninstall_attempts: u32,
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    client: Client,
-    kube_config: Arc<kube::Config>,
-    config: Config,
-    helm: helm::Engine,
-    helm_version: String,
-    cache: Cache,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    resource: ApiResource,
-    kinds: Arc<access::Kinds>,
-    clusters: Option<crate::clusters::Registry>,
-    remotes: reach::Remotes,
-    uninstall_attempts: cleanup::Attempts,
-    definition: inputs::DefinitionWatch,
-    last_chart: inputs::LastChart,
-    failures: error::Failures,
-    /// `--workers` permits, shared out among namespaces in turn.
-    workers: crate::runtime::FairGate,
-    /// Where Helm's rendered manifests are admitted before Helm writes them.
-    gate: helm::Gate,
-    /// The compositions as the controller's own claim left them, so that it is not an event.
-    own_changes: watches::OwnChanges,
-    /// What the releases rendered, watched for drift.
-    drift: drift::Watches,
-    /// Corrections of each object lately, so that a fight with another writer ends.
-    drift_corrections: drift::Corrections,
-}
-
-impl Context {
-    /// A context; asks Helm for its version once (it is part of every fingerprint).
-    pub async fn new(
-        kube_config: kube::Config,
-        config: Config,
-        helm: helm::Engine,
-        cache: Cache,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let client = crate::runtime::client(kube_config.clone(), metrics.clone())?;
-        // Server-side apply of list items without their key (a port without `protocol`) fails
-        // before Kubernetes 1.22, so older clusters get client-side apply.
-        let server = client.apiserver_version().await?;
-        let server_side = (
-            server.major.as_str(),
-            server
-                .minor
-                .trim_end_matches('+')
-                .parse::<u32>()
-                .unwrap_or(u32::MAX),
-        ) >= ("1", 22);
-        let helm = helm.with_server_side(server_side);
-        // How Helm applies is part of what an install depends on.
-        let helm_version = format!("{} server-side={server_side}", helm.version().await?);
-        let resource = discover(
-            &client,
-            &config.identity.group,
-            &config.identity.version,
-            &config.identity.plural,
-        )
-        .await?;
-        let reporter = Reporter {
-            controller: format!(
-                "compositor-{}-{}",
-                config.identity.plural, config.identity.version
-            ),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let definition = inputs::DefinitionWatch::start(
-            client.clone(),
-            &config.identity.definition.namespace,
-            &config.identity.definition.name,
-        );
-        let clusters = match &config.identity.clusters_namespace {
-            Some(namespace) => {
-                let selection = definition.selection();
-                let reading = (namespace.as_str(), selection);
-                Some(registry(&client, reading, &kube_config, &metrics).await?)
-            }
-            None => None,
-        };
-        Ok(Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            clusters,
-            remotes: reach::Remotes::default(),
-            uninstall_attempts: cleanup::Attempts::default(),
-            definition,
-            last_chart: inputs::LastChart::default(),
-            failures: error::Failures::default(),
-            workers: crate::runtime::FairGate::new(config.workers.into()),
-            gate: helm::Gate::start(std::env::current_exe()?)?,
-            own_changes: watches::OwnChanges::default(),
-            drift: drift::Watches::new(metrics.clone()),
-            drift_corrections: drift::Corrections::default(),
-            client,
-            kube_config: Arc::new(kube_config),
-            config,
-            helm,
-            helm_version,
-            cache,
-            metrics,
-            resource,
-            kinds: Arc::default(),
-        })
-    }
-}
-
-/// How long the cluster Secrets may take to be published and listed at start.
-const REGISTRY_START: Duration = Duration::from_secs(30);
-
-/// The cluster registry of the Secrets in `namespace` that `selection` names, once the
-/// selection is published and they are listed: a registry that has not yet would make
-/// registered clusters look unplaced, and their releases removed.
-async fn registry(
-    client: &Client,
-    (namespace, selection): (&str, crate::clusters::Selection),
-    kube_config: &kube::Config,
-    metrics: &Arc<Metrics>,
-) -> Result<crate::clusters::Registry, String> {
-    let registry = crate::clusters::Registry::counted(
-        client.clone(),
-        namespace,
-        kube_config.clone(),
-        selection,
-        metrics.clone(),
-    );
-    tokio::time::timeout(REGISTRY_START, registry.ready())
-        .await
-        .map_err(|_| {
-            format!(
-                "the cluster Secrets in namespace {namespace} that the definition selects were \
-                 not published in its status.clusterSecrets and listed within {REGISTRY_START:?}"
-            )
-        })?;
-    Ok(registry)
-}
-
-/// The ApiResource of `plural` in `group`/`version`, by discovery.
-async fn discover(
-    client: &Client,
-    group: &str,
-    version: &str,
-    plural: &str,
-) -> Result<ApiResource, kube::Error> {
-    let discovered = kube::discovery::oneshot::pinned_group(
-        client,
-        &kube::core::GroupVersion::gv(group, version),
-    )
-    .await?;
-    discovered
-        .versioned_resources(version)
-        .into_iter()
-        .map(|(resource, _)| resource)
-        .find(|resource| resource.plural == plural)
-        .ok_or_else(|| {
-            kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(
-                plural.to_string(),
-            ))
-        })
-}
 
 /// One reconcile, timed and counted.
 #[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
@@ -251,7 +73,7 @@ async fn reconcile(object: Arc<cached::Cached>, context: Arc<Context>) -> Result
     )
     .await;
     if result.is_ok() {
-        context.failures.succeeded(&uid);
+        context.memory.failures.succeeded(&uid);
     }
     result
 }
@@ -339,7 +161,7 @@ async fn claim(
                 )
                 .await
                 .map_err(|e| Error::Kube("label composition", e))?;
-            context.own_changes.made(&claimed);
+            context.memory.own_changes.made(&claimed);
             Ok(Some(Arc::new(claimed)))
         }
         None => Ok(None),
@@ -479,7 +301,10 @@ async fn release_on(
             error: reach.blame(error),
             entry,
         });
-    reach.record(&context.remotes, outcome.as_ref().err().map(|f| &f.error));
+    reach.record(
+        &context.memory.remotes,
+        outcome.as_ref().err().map(|f| &f.error),
+    );
     let watched = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
     if outcome.is_ok() && watched {
         let resources = writer.lock().await.resources().to_vec();

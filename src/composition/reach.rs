@@ -195,19 +195,19 @@ impl Context {
         };
         let cluster = match registry.client(name).await {
             Ok(cluster) => {
-                self.remotes.remember(&cluster);
+                self.memory.remotes.remember(&cluster);
                 cluster
             }
             Err(error @ clusters::Error::ClusterNotFound { .. }) => {
-                self.remotes.last(name).ok_or(error)?
+                self.memory.remotes.last(name).ok_or(error)?
             }
             Err(error) => return Err(error.into()),
         };
-        if let Some(error) = self.remotes.recently_unreachable(&cluster) {
+        if let Some(error) = self.memory.remotes.recently_unreachable(&cluster) {
             return Err(Error::Cluster(error));
         }
         Ok(Reach {
-            kinds: self.remotes.kinds(&cluster),
+            kinds: self.memory.remotes.kinds(&cluster),
             client: cluster.client.clone(),
             config: cluster.config.clone(),
             remote: Some(cluster),

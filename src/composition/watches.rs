@@ -41,7 +41,7 @@ pub async fn run(
         );
     let own = context.clone();
     let changes = changes.filter(move |object| {
-        let echo = matches!(object, Ok(object) if own.own_changes.is_echo(object));
+        let echo = matches!(object, Ok(object) if own.memory.own_changes.is_echo(object));
         futures::future::ready(!echo)
     });
     let clusters_changed = cluster_changes(context.clusters.clone());
@@ -125,7 +125,10 @@ impl OwnChanges {
 /// Logs the failure and looks again when the error says, later with each failure in a row
 /// (see [`Error::backoff`]).
 fn error_policy(object: Arc<Cached>, error: &Error, context: Arc<Context>) -> Action {
-    let failures = context.failures.failed(&object.uid().unwrap_or_default());
+    let failures = context
+        .memory
+        .failures
+        .failed(&object.uid().unwrap_or_default());
     crate::runtime::log_failure("composition", &object.name_any(), error);
     Action::requeue(error.backoff(failures))
 }

@@ -189,6 +189,7 @@ pub(super) async fn settle(
         }
         if release
             .context
+            .memory
             .drift_corrections
             .too_many(&uid, &finding.object)
         {

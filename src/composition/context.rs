@@ -1,0 +1,197 @@
+//! What the controller's reconciles share: its configuration, its clients and Helm, the
+//! definition and clusters as watches keep them, and what it remembers between reconciles.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::core::ApiResource;
+
+use super::{access, cleanup, drift, error, inputs, reach, watches};
+use crate::api::ControllerIdentity;
+use crate::chart::Cache;
+use crate::helm;
+use crate::runtime::Metrics;
+use crate::runtime::events::{Recorder, Reporter};
+
+/// Which composition resource and definition this controller serves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Which definition version this controller serves, as the operator started it.
+    pub identity: ControllerIdentity,
+    /// Compositions reconciled at once.
+    pub workers: u16,
+    /// Reconcile every composition at least this often.
+    pub resync: Duration,
+    /// How many times a deleted composition's release on an unreachable cluster is tried
+    /// before it is abandoned with an event, so that deletion never hangs.
+    pub remote_uninstall_attempts: u32,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub(super) client: Client,
+    pub(super) kube_config: Arc<kube::Config>,
+    pub(super) config: Config,
+    pub(super) helm: helm::Engine,
+    pub(super) helm_version: String,
+    pub(super) cache: Cache,
+    pub(super) recorder: Recorder,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) resource: ApiResource,
+    pub(super) kinds: Arc<access::Kinds>,
+    pub(super) clusters: Option<crate::clusters::Registry>,
+    pub(super) definition: inputs::DefinitionWatch,
+    /// What the controller remembers between reconciles.
+    pub(super) memory: Memory,
+    /// `--workers` permits, shared out among namespaces in turn.
+    pub(super) workers: crate::runtime::FairGate,
+    /// Where Helm's rendered manifests are admitted before Helm writes them.
+    pub(super) gate: helm::Gate,
+    /// What the releases rendered, watched for drift.
+    pub(super) drift: drift::Watches,
+}
+
+impl Context {
+    /// A context; asks Helm for its version once (it is part of every fingerprint).
+    pub async fn new(
+        kube_config: kube::Config,
+        config: Config,
+        helm: helm::Engine,
+        cache: Cache,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let client = crate::runtime::client(kube_config.clone(), metrics.clone())?;
+        // Server-side apply of list items without their key (a port without `protocol`) fails
+        // before Kubernetes 1.22, so older clusters get client-side apply.
+        let server = client.apiserver_version().await?;
+        let server_side = (
+            server.major.as_str(),
+            server
+                .minor
+                .trim_end_matches('+')
+                .parse::<u32>()
+                .unwrap_or(u32::MAX),
+        ) >= ("1", 22);
+        let helm = helm.with_server_side(server_side);
+        // How Helm applies is part of what an install depends on.
+        let helm_version = format!("{} server-side={server_side}", helm.version().await?);
+        let resource = discover(
+            &client,
+            &config.identity.group,
+            &config.identity.version,
+            &config.identity.plural,
+        )
+        .await?;
+        let reporter = Reporter {
+            controller: format!(
+                "compositor-{}-{}",
+                config.identity.plural, config.identity.version
+            ),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let definition = inputs::DefinitionWatch::start(
+            client.clone(),
+            &config.identity.definition.namespace,
+            &config.identity.definition.name,
+        );
+        let clusters = match &config.identity.clusters_namespace {
+            Some(namespace) => {
+                let selection = definition.selection();
+                let reading = (namespace.as_str(), selection);
+                Some(registry(&client, reading, &kube_config, &metrics).await?)
+            }
+            None => None,
+        };
+        Ok(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            clusters,
+            definition,
+            memory: Memory::default(),
+            workers: crate::runtime::FairGate::new(config.workers.into()),
+            gate: helm::Gate::start(std::env::current_exe()?)?,
+            drift: drift::Watches::new(metrics.clone()),
+            client,
+            kube_config: Arc::new(kube_config),
+            config,
+            helm,
+            helm_version,
+            cache,
+            metrics,
+            resource,
+            kinds: Arc::default(),
+        })
+    }
+}
+
+/// How long the cluster Secrets may take to be published and listed at start.
+const REGISTRY_START: Duration = Duration::from_secs(30);
+
+/// The cluster registry of the Secrets in `namespace` that `selection` names, once the
+/// selection is published and they are listed: a registry that has not yet would make
+/// registered clusters look unplaced, and their releases removed.
+async fn registry(
+    client: &Client,
+    (namespace, selection): (&str, crate::clusters::Selection),
+    kube_config: &kube::Config,
+    metrics: &Arc<Metrics>,
+) -> Result<crate::clusters::Registry, String> {
+    let registry = crate::clusters::Registry::counted(
+        client.clone(),
+        namespace,
+        kube_config.clone(),
+        selection,
+        metrics.clone(),
+    );
+    tokio::time::timeout(REGISTRY_START, registry.ready())
+        .await
+        .map_err(|_| {
+            format!(
+                "the cluster Secrets in namespace {namespace} that the definition selects were \
+                 not published in its status.clusterSecrets and listed within {REGISTRY_START:?}"
+            )
+        })?;
+    Ok(registry)
+}
+
+/// The ApiResource of `plural` in `group`/`version`, by discovery.
+async fn discover(
+    client: &Client,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<ApiResource, kube::Error> {
+    let discovered = kube::discovery::oneshot::pinned_group(
+        client,
+        &kube::core::GroupVersion::gv(group, version),
+    )
+    .await?;
+    discovered
+        .versioned_resources(version)
+        .into_iter()
+        .map(|(resource, _)| resource)
+        .find(|resource| resource.plural == plural)
+        .ok_or_else(|| {
+            kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(
+                plural.to_string(),
+            ))
+        })
+}
+
+/// What the controller remembers between reconciles, in memory only: all of it is learnt
+/// again after a restart.
+#[derive(Default)]
+pub(super) struct Memory {
+    /// Discovery results and the last client of each remote cluster.
+    pub remotes: reach::Remotes,
+    /// Tries of each deleted composition's uninstall on an unreachable cluster.
+    pub uninstall_attempts: cleanup::Attempts,
+    /// The chart last fetched, so that an unchanged one is not read again.
+    pub last_chart: inputs::LastChart,
+    /// Failures in a row of each composition, for its backoff.
+    pub failures: error::Failures,
+    /// The compositions as the controller's own claim left them, so that it is not an event.
+    pub own_changes: watches::OwnChanges,
+    /// Corrections of each object lately, so that a fight with another writer ends.
+    pub drift_corrections: drift::Corrections,
+}
