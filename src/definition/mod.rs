@@ -16,6 +16,7 @@ mod bundles;
 mod cleanup;
 mod clusters;
 mod compositions;
+mod context;
 mod crds;
 mod error;
 mod grants;
@@ -32,100 +33,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event;
-use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
-use tokio::sync::Mutex;
 
 use crate::api::{
     CHART_RESOLVED, CONTROLLER_READY, CompositionDefinition, CompositionDefinitionStatus,
     FINALIZER, READY, ResolvedChart, is_paused, set_condition,
 };
-use crate::chart::{self, Cache};
+use crate::chart;
 use crate::crd::Names;
-use crate::helm;
-use crate::runtime::events::{Recorder, Reporter};
-use crate::runtime::{self, Metrics, ReconcileError};
+use crate::runtime::{self, ReconcileError};
 
+pub use context::{Config, Context};
 pub use error::Error;
 pub use objects::FIELD_MANAGER;
 pub use watches::run;
 
 /// Most warnings kept in a definition's status.
 const WARNING_LIMIT: usize = 50;
-
-/// How the operator runs.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Image of the per-version controllers (the operator's own).
-    pub controller_image: String,
-    /// Allow Secret and ConfigMap references to other namespaces.
-    pub allow_cross_namespace_refs: bool,
-    /// Reconcile every definition at least this often.
-    pub resync: Duration,
-    /// Reconcile at most this many definitions at once.
-    pub concurrency: u16,
-    /// Watch only this namespace (all when `None`).
-    pub namespace: Option<String>,
-    /// Namespace of the Secrets that register remote clusters; controllers of definitions that
-    /// place remotely may read them there.
-    pub clusters_namespace: String,
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    client: Client,
-    config: Config,
-    helm: helm::Engine,
-    cache: Cache,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    /// Chart footprints by chart digest (a chart's content never changes under its digest),
-    /// with how many times each was learnt.
-    footprints: Mutex<BTreeMap<String, (permissions::ChartFootprint, u32)>>,
-    /// The composition watch of each definition.
-    compositions: compositions::Watches,
-    /// The registration Secrets of the clusters namespace, and which each placement selects.
-    cluster_secrets: clusters::ClusterSecrets,
-    /// Where those watches send the definitions to reconcile, taken by [`run`].
-    trigger_receiver: std::sync::Mutex<
-        Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
-    >,
-}
-
-impl Context {
-    /// A context for the operator; starts watching the registration Secrets (it must be called
-    /// within a Tokio runtime).
-    pub fn new(
-        client: Client,
-        config: Config,
-        helm: helm::Engine,
-        cache: Cache,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: "compositor".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let (compositions, trigger_receiver) = compositions::Watches::new(client.clone());
-        let cluster_secrets =
-            clusters::ClusterSecrets::start(client.clone(), &config.clusters_namespace);
-        Context {
-            cluster_secrets,
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            config,
-            helm,
-            cache,
-            metrics,
-            footprints: Mutex::default(),
-            compositions,
-            trigger_receiver: std::sync::Mutex::new(Some(trigger_receiver)),
-        }
-    }
-}
 
 #[tracing::instrument(skip(definition, context), fields(definition = %definition.name_any()))]
 pub(super) async fn reconcile(
