@@ -1,8 +1,17 @@
 //! compositor turns any Helm chart into a Kubernetes API.
 //!
-//! The flow of a definition, one module per step, data flowing one way:
-//! [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
-//! → [`crd`] (names, versions, the CustomResourceDefinition).
+//! Two roles, side by side, that meet only in [`api`] (the resources and the contract between
+//! them) and share their plumbing in [`runtime`]:
+//!
+//! - the operator ([`definition`]) turns a CompositionDefinition into an API, data flowing one
+//!   way: [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
+//!   → [`crd`] (names, versions, the CustomResourceDefinition) → [`bundle`] (the version's
+//!   controller: Deployment, ServiceAccount, RBAC);
+//! - the controller ([`composition`]) turns each composition of one version into Helm
+//!   releases: values → placement (the targets, on the [`clusters`] registered) → release
+//!   (through [`helm`]) → status.
+//!
+//! [`commands`] is the edge: each subcommand's flags, and the start-up both roles share.
 
 pub mod api;
 pub mod bundle;
