@@ -7,18 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::core::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use super::{Context, Error, reconcile};
 use crate::api::{CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, ObjectKey};
+use crate::bundle::bundle_kinds;
 use crate::runtime::{self, ReconcileError};
 
 /// How often a definition waiting for an administrator's approval looks again.
@@ -55,27 +54,19 @@ pub async fn run(
         .metrics
         .count_phases(counted, controller.store(), phase);
     let cluster_secrets_changed = context.cluster_secrets.changes(controller.store());
-    let results = controller
+    let mut controller = controller
         .reconcile_on(triggers)
-        .reconcile_on(cluster_secrets_changed)
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
-        .owns(Api::<Role>::all(client.clone()), owned.clone())
-        .watches(
-            Api::<RoleBinding>::all(client.clone()),
-            owned.clone(),
-            move |o: RoleBinding| by_owner_annotation(&o.metadata),
-        )
-        .watches(
-            Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone()),
-            owned.clone(),
-            move |o| by_owner_annotation(&o.metadata),
-        )
-        .watches(
-            Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone()),
-            owned,
-            move |o| by_owner_annotation(&o.metadata),
-        )
+        .reconcile_on(cluster_secrets_changed);
+    // Every kind a bundle is made of, mapped back to its definition by the owner annotation
+    // every bundle object carries (a release identity in a release namespace has no owner
+    // reference).
+    for (resource, _) in bundle_kinds() {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        controller = controller.watches_with(api, resource, owned.clone(), move |o| {
+            by_owner_annotation(&o.metadata)
+        });
+    }
+    let results = controller
         .watches(
             Api::<CustomResourceDefinition>::all(client),
             watcher::Config::default(),
