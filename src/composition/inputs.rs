@@ -1,6 +1,6 @@
 //! What a release is made of: the definition (as a watch keeps it), the chart this version
 //! installs, fetched as the definition resolved it, and the composition's values, checked
-//! against the chart's own schema; together with a target, a [`Release`].
+//! against the chart's own schema; together with a target, a [`TargetRelease`].
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -235,7 +235,7 @@ pub(super) fn checked_values(object: &DynamicObject, chart: &Chart) -> Result<Va
 }
 
 /// The release of one composition on one target, and what it is installed from.
-pub(super) struct Release<'a> {
+pub(super) struct TargetRelease<'a> {
     /// What every reconcile shares.
     pub context: &'a Context,
     /// The composition.

@@ -53,7 +53,7 @@ use crate::api::{
     CompositionDefinition, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
 };
 use crate::runtime::{finalized, timed};
-use inputs::Release;
+use inputs::TargetRelease;
 use release::{Failure, Outcome};
 use status::StatusWriter;
 
@@ -283,7 +283,7 @@ async fn release_on(
     writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
     let reach = context.reach(&target.cluster).await?;
-    let release = Release {
+    let release = TargetRelease {
         context,
         object,
         chart,

@@ -27,7 +27,7 @@ use kube::core::DynamicObject;
 
 use super::attempt::{Attempt, remove_failed_install};
 use super::confinement::{self, Owner, kube_context, owner_of, release_place};
-use super::inputs::Release;
+use super::inputs::TargetRelease;
 use super::reach::Reach;
 use super::status::{StatusWriter, publish};
 use super::{Context, Error, HelmStep, access, cleanup, drift, fingerprint};
@@ -66,7 +66,7 @@ impl From<Error> for Failure {
 /// The status writer the releases of one composition share while they run side by side.
 pub(super) type SharedWriter<'w, 'a> = futures::lock::Mutex<&'w mut StatusWriter<'a>>;
 
-impl Release<'_> {
+impl TargetRelease<'_> {
     /// Brings the target's release to these inputs, unless it is there already. The status
     /// says when a Helm write takes a while; the caller records the outcome.
     pub(super) async fn reconcile(
@@ -177,7 +177,7 @@ impl Release<'_> {
     }
 
     /// `helm upgrade --install` with the gate as its post-renderer, so that what Helm renders is
-    /// admitted ([`Release::admit`]) before Helm writes any of it: one Helm process, and the
+    /// admitted ([`TargetRelease::admit`]) before Helm writes any of it: one Helm process, and the
     /// check is of exactly what Helm writes. The admission is `None` when Helm stopped before it
     /// had rendered anything.
     async fn gated_upgrade(

@@ -27,7 +27,7 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::inputs::Release;
+use super::inputs::TargetRelease;
 use super::placement::Target;
 use super::reach::Reach;
 use super::{Context, Error};
@@ -148,7 +148,7 @@ pub(super) fn mode(spec: &DriftSpec, composition: &DynamicObject) -> Result<Drif
 /// The suspects of `release` (deployed as `revision`) compared with what Helm recorded, and
 /// settled as `policy` says.
 pub(super) async fn settle(
-    release: &Release<'_>,
+    release: &TargetRelease<'_>,
     revision: u64,
     suspects: BTreeSet<ResourceRef>,
     policy: &DriftSpec,
@@ -217,7 +217,10 @@ struct Object<'a> {
 impl Object<'_> {
     /// What differs: deleted, or the fields a dry run of the release's apply would change;
     /// with the live object.
-    async fn look(&self, release: &Release<'_>) -> Result<Option<(Finding, Option<Value>)>, Error> {
+    async fn look(
+        &self,
+        release: &TargetRelease<'_>,
+    ) -> Result<Option<(Finding, Option<Value>)>, Error> {
         let name = &self.document.object.name;
         let Some(live) = self.reader.get_opt(name).await.map_err(kube_error)? else {
             let finding = Finding {
@@ -245,7 +248,7 @@ impl Object<'_> {
     /// dry run changes nothing. What the object would be, or now is.
     async fn apply(
         &self,
-        release: &Release<'_>,
+        release: &TargetRelease<'_>,
         live: Option<&Value>,
         dry_run: bool,
     ) -> Result<Value, Error> {
@@ -412,7 +415,7 @@ fn kube_error(error: kube::Error) -> Error {
 
 /// Who applies a correction: on the management cluster the release identity, as Helm runs
 /// there; on a registered cluster the identity its Secret gives, as Helm has there too.
-fn applier(release: &Release<'_>) -> Result<Client, Error> {
+fn applier(release: &TargetRelease<'_>) -> Result<Client, Error> {
     let reach = release.reach;
     if !reach.is_local() {
         return Ok(reach.client.clone());
