@@ -16,37 +16,7 @@ use super::{Context, Error, kubeconfig_for};
 use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, RELEASE_OWNER_LABEL,
 };
-use crate::bundle::GeneratedResource;
 use crate::helm::{self, Record, RenderedDocument};
-
-impl Context {
-    /// The resource this controller serves, as its bundle names it.
-    fn generated_resource(&self) -> GeneratedResource {
-        GeneratedResource {
-            group: self.config.identity.group.clone(),
-            version: self.config.identity.version.clone(),
-            plural: self.config.identity.plural.clone(),
-        }
-    }
-
-    /// The username of the release identity of `namespace` on the management cluster, as which
-    /// Helm runs there.
-    pub(super) fn release_identity(&self, namespace: &str) -> String {
-        let resource = self.generated_resource();
-        let name =
-            crate::bundle::release_identity(&self.config.identity.definition.namespace, &resource);
-        format!("system:serviceaccount:{namespace}:{name}")
-    }
-
-    /// Namespaces besides Kubernetes' own that are never a composition's own: the
-    /// definition's, and the operator's when the controller knows it (clusters are registered
-    /// there).
-    pub(super) fn reserved(&self) -> Vec<&str> {
-        let mut reserved = vec![self.config.identity.definition.namespace.as_str()];
-        reserved.extend(self.config.identity.clusters_namespace.as_deref());
-        reserved
-    }
-}
 
 /// Whose a release is.
 #[derive(Debug, PartialEq, Eq)]

@@ -9,6 +9,7 @@ use kube::core::ApiResource;
 
 use super::{access, cleanup, drift, error, inputs, reach, watches};
 use crate::api::ControllerIdentity;
+use crate::bundle::GeneratedResource;
 use crate::chart::Cache;
 use crate::helm;
 use crate::runtime::Metrics;
@@ -121,6 +122,35 @@ impl Context {
             resource,
             kinds: Arc::default(),
         })
+    }
+}
+
+impl Context {
+    /// The resource this controller serves, as its bundle names it.
+    pub(super) fn generated_resource(&self) -> GeneratedResource {
+        GeneratedResource {
+            group: self.config.identity.group.clone(),
+            version: self.config.identity.version.clone(),
+            plural: self.config.identity.plural.clone(),
+        }
+    }
+
+    /// The username of the release identity of `namespace` on the management cluster, as which
+    /// Helm runs there.
+    pub(super) fn release_identity(&self, namespace: &str) -> String {
+        let resource = self.generated_resource();
+        let name =
+            crate::bundle::release_identity(&self.config.identity.definition.namespace, &resource);
+        format!("system:serviceaccount:{namespace}:{name}")
+    }
+
+    /// Namespaces besides Kubernetes' own that are never a composition's own: the
+    /// definition's, and the operator's when the controller knows it (clusters are registered
+    /// there).
+    pub(super) fn reserved(&self) -> Vec<&str> {
+        let mut reserved = vec![self.config.identity.definition.namespace.as_str()];
+        reserved.extend(self.config.identity.clusters_namespace.as_deref());
+        reserved
     }
 }
 
