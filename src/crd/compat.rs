@@ -80,42 +80,41 @@ fn widens(old: &str, new: &str) -> bool {
         || (old == "string" && new == "int-or-string")
 }
 
+/// Adds to `found` every break of `new` against `old` at `path` and below.
 fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut Vec<Break>) {
+    // A node that accepts anything accepts whatever the old one did.
+    if new.type_.is_none() && new.x_kubernetes_int_or_string.is_none() && preserves_unknown(new) {
+        return;
+    }
     let mut broke = |reason: String| {
         found.push(Break {
             path: path.to_string(),
             reason,
         })
     };
-    // A node that accepts anything accepts whatever the old one did.
-    if new.type_.is_none() && new.x_kubernetes_int_or_string.is_none() && preserves_unknown(new) {
-        return;
-    }
     let (old_type, new_type) = (type_of(old), type_of(new));
     if !widens(&old_type, &new_type) {
         broke(format!("type {old_type} → {new_type}"));
         return;
     }
+    narrowed_node(old, new, &mut broke);
+    compare_properties(path, old, new, found);
+    compare_items(path, old, new, found);
+    compare_map_values(path, old, new, found);
+}
+
+/// What the node itself, apart from its members, refuses that the old one accepted.
+fn narrowed_node(old: &JSONSchemaProps, new: &JSONSchemaProps, broke: &mut impl FnMut(String)) {
     if preserves_unknown(old) && !preserves_unknown(new) {
         broke("no longer keeps unknown fields".into());
     }
     if old.nullable == Some(true) && new.nullable != Some(true) {
         broke("no longer accepts null".into());
     }
-    if let Some(new_enum) = &new.enum_ {
-        let lost: Vec<String> = match &old.enum_ {
-            Some(old_enum) => old_enum
-                .iter()
-                .filter(|v| !new_enum.contains(v))
-                .map(|v| v.0.to_string())
-                .collect(),
-            None => vec!["values outside it".into()],
-        };
-        if !lost.is_empty() {
-            broke(format!("enum no longer allows {}", lost.join(", ")));
-        }
+    if let Some(lost) = lost_enum_values(old, new) {
+        broke(format!("enum no longer allows {}", lost.join(", ")));
     }
-    tightened_bounds(old, new, &mut broke);
+    tightened_bounds(old, new, broke);
     if new.x_kubernetes_validations.is_some()
         && old.x_kubernetes_validations != new.x_kubernetes_validations
     {
@@ -127,6 +126,30 @@ fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut
             broke(format!("new required field {key}"));
         }
     }
+}
+
+/// The values the old node allowed that the new enum refuses, if any.
+fn lost_enum_values(old: &JSONSchemaProps, new: &JSONSchemaProps) -> Option<Vec<String>> {
+    let new_enum = new.enum_.as_ref()?;
+    let lost: Vec<String> = match &old.enum_ {
+        Some(old_enum) => old_enum
+            .iter()
+            .filter(|v| !new_enum.contains(v))
+            .map(|v| v.0.to_string())
+            .collect(),
+        None => vec!["values outside it".into()],
+    };
+    (!lost.is_empty()).then_some(lost)
+}
+
+/// Each old property against the new one; a property only the old node declares is removed
+/// unless the new node keeps unknown fields.
+fn compare_properties(
+    path: &str,
+    old: &JSONSchemaProps,
+    new: &JSONSchemaProps,
+    found: &mut Vec<Break>,
+) {
     let empty = BTreeMap::new();
     let new_properties = new.properties.as_ref().unwrap_or(&empty);
     for (key, old_property) in old.properties.iter().flatten() {
@@ -140,6 +163,10 @@ fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut
             }),
         }
     }
+}
+
+/// The old list items against the new.
+fn compare_items(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut Vec<Break>) {
     match (&old.items, &new.items) {
         (Some(JSONSchemaPropsOrArray::Schema(old)), Some(JSONSchemaPropsOrArray::Schema(new))) => {
             compare(&format!("{path}[]"), old, new, found)
@@ -150,6 +177,15 @@ fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut
             reason: "items changed shape".into(),
         }),
     }
+}
+
+/// The old map values against the new.
+fn compare_map_values(
+    path: &str,
+    old: &JSONSchemaProps,
+    new: &JSONSchemaProps,
+    found: &mut Vec<Break>,
+) {
     match (&old.additional_properties, &new.additional_properties) {
         (Some(JSONSchemaPropsOrBool::Schema(old)), Some(JSONSchemaPropsOrBool::Schema(new))) => {
             compare(&format!("{path}.*"), old, new, found)
@@ -163,50 +199,41 @@ fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &mut
     }
 }
 
-/// Numeric, length, size and pattern constraints that refuse values the old ones allowed.
+/// Numeric, length, size, exclusiveness, pattern, format and uniqueness constraints that
+/// refuse values the old ones allowed.
 fn tightened_bounds(old: &JSONSchemaProps, new: &JSONSchemaProps, broke: &mut impl FnMut(String)) {
-    let count = |value: Option<i64>| value.map(|v| v as f64);
-    let bounds = [
-        ("minimum", old.minimum, new.minimum, Bound::Lower),
-        ("maximum", old.maximum, new.maximum, Bound::Upper),
-        (
-            "minLength",
-            count(old.min_length),
-            count(new.min_length),
-            Bound::Lower,
-        ),
-        (
-            "maxLength",
-            count(old.max_length),
-            count(new.max_length),
-            Bound::Upper,
-        ),
-        (
-            "minItems",
-            count(old.min_items),
-            count(new.min_items),
-            Bound::Lower,
-        ),
-        (
-            "maxItems",
-            count(old.max_items),
-            count(new.max_items),
-            Bound::Upper,
-        ),
-        (
-            "minProperties",
-            count(old.min_properties),
-            count(new.min_properties),
-            Bound::Lower,
-        ),
-        (
-            "maxProperties",
-            count(old.max_properties),
-            count(new.max_properties),
-            Bound::Upper,
-        ),
-    ];
-    for (name, old, new, bound) in bounds {
+    tightened_limits(old, new, broke);
+    if new.exclusive_minimum == Some(true) && old.exclusive_minimum != Some(true) {
+        broke("minimum became exclusive".into());
+    }
+    if new.exclusive_maximum == Some(true) && old.exclusive_maximum != Some(true) {
+        broke("maximum became exclusive".into());
+    }
+    changed_text(
+        "pattern",
+        old.pattern.as_deref(),
+        new.pattern.as_deref(),
+        broke,
+    );
+    changed_text(
+        "format",
+        old.format.as_deref(),
+        new.format.as_deref(),
+        broke,
+    );
+    if new.unique_items == Some(true) && old.unique_items != Some(true) {
+        broke("items must now be unique".into());
+    }
+    if new.x_kubernetes_list_type.as_deref() == Some("set")
+        && old.x_kubernetes_list_type.as_deref() != Some("set")
+    {
+        broke("items must now be unique".into());
+    }
+}
+
+/// Numeric, length and size limits that moved inwards or appeared.
+fn tightened_limits(old: &JSONSchemaProps, new: &JSONSchemaProps, broke: &mut impl FnMut(String)) {
+    for ((name, old, bound), (_, new, _)) in limits(old).into_iter().zip(limits(new)) {
         let Some(new) = new else { continue };
         let tighter = match (old, bound) {
             (None, _) => true,
@@ -217,33 +244,31 @@ fn tightened_bounds(old: &JSONSchemaProps, new: &JSONSchemaProps, broke: &mut im
             broke(format!("{name} {} → {new}", shown(old)));
         }
     }
-    if new.exclusive_minimum == Some(true) && old.exclusive_minimum != Some(true) {
-        broke("minimum became exclusive".into());
-    }
-    if new.exclusive_maximum == Some(true) && old.exclusive_maximum != Some(true) {
-        broke("maximum became exclusive".into());
-    }
-    if new.pattern.is_some() && new.pattern != old.pattern {
+}
+
+/// A node's numeric, length and size limits, each with its keyword and side.
+fn limits(schema: &JSONSchemaProps) -> [(&'static str, Option<f64>, Bound); 8] {
+    let count = |value: Option<i64>| value.map(|v| v as f64);
+    [
+        ("minimum", schema.minimum, Bound::Lower),
+        ("maximum", schema.maximum, Bound::Upper),
+        ("minLength", count(schema.min_length), Bound::Lower),
+        ("maxLength", count(schema.max_length), Bound::Upper),
+        ("minItems", count(schema.min_items), Bound::Lower),
+        ("maxItems", count(schema.max_items), Bound::Upper),
+        ("minProperties", count(schema.min_properties), Bound::Lower),
+        ("maxProperties", count(schema.max_properties), Bound::Upper),
+    ]
+}
+
+/// A text constraint (`pattern`, `format`) the new node sets differently.
+fn changed_text(name: &str, old: Option<&str>, new: Option<&str>, broke: &mut impl FnMut(String)) {
+    if new.is_some() && new != old {
         broke(format!(
-            "pattern {} → {}",
-            old.pattern.as_deref().unwrap_or("none"),
-            new.pattern.as_deref().unwrap_or_default()
+            "{name} {} → {}",
+            old.unwrap_or("none"),
+            new.unwrap_or_default()
         ));
-    }
-    if new.format.is_some() && new.format != old.format {
-        broke(format!(
-            "format {} → {}",
-            old.format.as_deref().unwrap_or("none"),
-            new.format.as_deref().unwrap_or_default()
-        ));
-    }
-    if new.unique_items == Some(true) && old.unique_items != Some(true) {
-        broke("items must now be unique".into());
-    }
-    if new.x_kubernetes_list_type.as_deref() == Some("set")
-        && old.x_kubernetes_list_type.as_deref() != Some("set")
-    {
-        broke("items must now be unique".into());
     }
 }
 

@@ -8,8 +8,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSON, J
 use serde_json::{Map, Value};
 
 use super::defaults;
-use super::keywords::format_known;
-use super::merge::{flatten, type_list};
+use super::kinds::Kind;
+use super::merge::flatten;
 use super::warning::Warning;
 
 /// Marks a node that must accept any value (set by junctor folding).
@@ -39,21 +39,6 @@ const UNSUPPORTED: &[&str] = &[
     "x-kubernetes-validations",
     "x-kubernetes-embedded-resource",
 ];
-
-/// What kind of value a node accepts, once types are settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// Any JSON value: untyped, unknown fields preserved.
-    Any,
-    /// An integer or a string (`x-kubernetes-int-or-string`).
-    IntOrString,
-    /// `string`, `integer`, `number` or `boolean`.
-    Scalar(&'static str),
-    /// `object`.
-    Object,
-    /// `array`.
-    Array,
-}
 
 /// Deepest value nesting converted; below it a field accepts any value. Keeps a pathological
 /// schema from exhausting the stack of the thread converting it.
@@ -176,98 +161,6 @@ impl Converter<'_> {
         m.insert("enum".to_owned(), Value::Array(list));
     }
 
-    /// Settles the node's kind and whether null is allowed.
-    ///
-    /// A type guessed from keywords (not declared) is dropped when the chart's own value at
-    /// this path does not have it: the chart's schema accepts that value, so must the CRD.
-    fn kind(&mut self, m: &Map<String, Value>, path: &str, values: Option<&Value>) -> (Kind, bool) {
-        // A null in `enum` allows null only when no `type` forbids it.
-        let mut nullable = m.get(NULLABLE) == Some(&Value::Bool(true))
-            || (!m.contains_key("type")
-                && m.get("enum")
-                    .and_then(Value::as_array)
-                    .is_some_and(|e| e.iter().any(Value::is_null)));
-        if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
-            return (Kind::IntOrString, nullable);
-        }
-        let types = match type_list(m.get("type")) {
-            Some(declared) => {
-                if declared.iter().any(|t| t == "null") {
-                    nullable = true;
-                }
-                let mut types = Vec::new();
-                for t in declared {
-                    match t.as_str() {
-                        "null" => {}
-                        "string" | "integer" | "number" | "boolean" | "object" | "array" => {
-                            types.push(t)
-                        }
-                        other => self.warn(path, "type", format!("unknown type {other:?} ignored")),
-                    }
-                }
-                if types.is_empty() {
-                    self.warn(
-                        path,
-                        "type",
-                        "type null alone cannot be expressed; any value is accepted",
-                    );
-                    return (Kind::Any, true);
-                }
-                normalize_types(types)
-            }
-            None if m.get(ANY) == Some(&Value::Bool(true)) => return (Kind::Any, true),
-            None if m.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
-                && !m.contains_key("properties") =>
-            {
-                return (Kind::Any, true);
-            }
-            None => {
-                let inferred = infer_types(m);
-                let fits = |t: &String| match values {
-                    None | Some(Value::Null) => true,
-                    Some(Value::Object(_)) => t == "object",
-                    Some(Value::Array(_)) => t == "array",
-                    Some(Value::String(_)) => t == "string",
-                    Some(Value::Bool(_)) => t == "boolean",
-                    Some(Value::Number(n)) => {
-                        t == "number" || (t == "integer" && (n.is_i64() || n.is_u64()))
-                    }
-                };
-                if inferred.iter().any(fits) {
-                    inferred
-                } else {
-                    Vec::new()
-                }
-            }
-        };
-        let kind = match types.as_slice() {
-            [] => Kind::Any,
-            [t] => match t.as_str() {
-                "object" => Kind::Object,
-                "array" => Kind::Array,
-                "string" => Kind::Scalar("string"),
-                "integer" => Kind::Scalar("integer"),
-                "number" => Kind::Scalar("number"),
-                _ => Kind::Scalar("boolean"),
-            },
-            [a, b] if (a == "integer" && b == "string") || (a == "string" && b == "integer") => {
-                Kind::IntOrString
-            }
-            _ => {
-                self.warn(
-                    path,
-                    "type",
-                    format!(
-                        "values of types {} cannot be expressed together; any value is accepted",
-                        types.join(", ")
-                    ),
-                );
-                Kind::Any
-            }
-        };
-        (kind, nullable || kind == Kind::Any)
-    }
-
     fn warn_dropped_validations(&mut self, m: &Map<String, Value>, path: &str) {
         let dropped: Vec<&str> = m
             .keys()
@@ -384,83 +277,6 @@ pub(crate) fn any_value(ty: Option<&str>) -> JSONSchemaProps {
         x_kubernetes_preserve_unknown_fields: Some(true),
         ..Default::default()
     }
-}
-
-/// `integer` and `number` together are just `number`.
-pub(crate) fn normalize_types(mut types: Vec<String>) -> Vec<String> {
-    if types.iter().any(|t| t == "number") {
-        types.retain(|t| t != "integer");
-    }
-    let mut out: Vec<String> = Vec::new();
-    for t in types {
-        if !out.contains(&t) {
-            out.push(t);
-        }
-    }
-    out
-}
-
-/// Guesses the types a node without `type` is meant for, from the keywords it uses.
-pub(crate) fn infer_types(m: &Map<String, Value>) -> Vec<String> {
-    let has = |keys: &[&str]| keys.iter().any(|k| m.contains_key(*k));
-    let mut types: Vec<String> = Vec::new();
-    let mut add = |t: &str| {
-        if !types.iter().any(|x| x == t) {
-            types.push(t.to_owned());
-        }
-    };
-    if has(&[
-        "properties",
-        "additionalProperties",
-        "patternProperties",
-        "required",
-        "minProperties",
-        "maxProperties",
-    ]) {
-        add("object");
-    }
-    if has(&[
-        "items",
-        "prefixItems",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-    ]) {
-        add("array");
-    }
-    if has(&["pattern", "minLength", "maxLength"]) {
-        add("string");
-    }
-    if let Some(f) = m.get("format").and_then(Value::as_str) {
-        for t in ["string", "integer", "number"] {
-            if format_known(f, t) {
-                add(t);
-            }
-        }
-    }
-    if has(&[
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "multipleOf",
-    ]) {
-        add("number");
-    }
-    if let Some(values) = m.get("enum").and_then(Value::as_array) {
-        for v in values {
-            match v {
-                Value::String(_) => add("string"),
-                Value::Bool(_) => add("boolean"),
-                Value::Number(n) if n.is_i64() || n.is_u64() => add("integer"),
-                Value::Number(_) => add("number"),
-                Value::Object(_) => add("object"),
-                Value::Array(_) => add("array"),
-                Value::Null => {}
-            }
-        }
-    }
-    normalize_types(types)
 }
 
 /// The node's description, with the chart's default (and an enum the node could not keep)

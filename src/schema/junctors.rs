@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::convert::{ANY, Converter, NULLABLE, infer_types, normalize_types};
+use super::convert::{ANY, Converter, NULLABLE};
+use super::kinds::{infer_types, normalize_types};
 use super::merge::{flatten, merge, type_list};
 
 impl Converter<'_> {
@@ -32,56 +33,15 @@ impl Converter<'_> {
             self.warn(path, junctor, "not a list of schemas; ignored");
             return Map::new();
         };
-        let mut nullable = false;
-        let mut typed: Vec<(Vec<String>, Map<String, Value>)> = Vec::new();
-        let mut untyped = 0usize;
-        for branch in branches {
-            let b = match branch {
-                Value::Object(b) => flatten(&b, path, self.warnings),
-                Value::Bool(true) => {
-                    untyped += 1;
-                    continue;
-                }
-                _ => continue,
-            };
-            let mut b = self.absorb_junctors(b, path);
-            self.const_to_enum(&mut b, path);
-            if is_null_only(&b) {
-                nullable = true;
-                continue;
-            }
-            let declared = type_list(b.get("type"));
-            if declared
-                .as_ref()
-                .is_some_and(|t| t.iter().any(|x| x == "null"))
-                || b.get(NULLABLE).is_some()
-            {
-                nullable = true;
-            }
-            let types: Vec<String> = match declared {
-                Some(t) => normalize_types(t.into_iter().filter(|x| x != "null").collect()),
-                None if b.get(ANY).is_some() => Vec::new(),
-                None => infer_types(&b),
-            };
-            if types.is_empty() {
-                untyped += 1;
-            } else {
-                typed.push((types, b));
-            }
-        }
+        let Branches {
+            nullable,
+            mut typed,
+            untyped,
+        } = self.sort_branches(branches, path);
         if typed.is_empty() {
-            if untyped > 0 {
-                self.warn(path, junctor, "branches that only add constraints were dropped (still checked before install)");
-                return Map::new();
-            }
-            // Only null branches: the node is null, which a structural schema cannot say alone.
-            return if nullable {
-                Map::from_iter([("type".to_owned(), Value::String("null".to_owned()))])
-            } else {
-                Map::new()
-            };
+            return self.union_without_types(junctor, nullable, untyped, path);
         }
-        let mut out = if untyped > 0 {
+        let out = if untyped > 0 {
             self.warn(
                 path,
                 junctor,
@@ -93,184 +53,88 @@ impl Converter<'_> {
         } else {
             self.union_typed(junctor, typed, path)
         };
-        if nullable {
-            match type_list(out.get("type")) {
-                Some(mut t) => {
-                    if !t.iter().any(|x| x == "null") {
-                        t.push("null".to_owned());
-                    }
-                    out.insert(
-                        "type".to_owned(),
-                        Value::Array(t.into_iter().map(Value::String).collect()),
-                    );
-                }
-                None => {
-                    out.insert(NULLABLE.to_owned(), Value::Bool(true));
-                }
-            }
-        }
-        out
+        if nullable { with_null(out) } else { out }
     }
 
-    fn union_typed(
-        &mut self,
-        junctor: &str,
-        typed: Vec<(Vec<String>, Map<String, Value>)>,
-        path: &str,
-    ) -> Map<String, Value> {
-        let mut all: Vec<String> = Vec::new();
-        for (types, _) in &typed {
-            for t in types {
-                if !all.contains(t) {
-                    all.push(t.clone());
+    /// Sorts the branches by what they accept, folding the junctors inside each first.
+    fn sort_branches(&mut self, branches: Vec<Value>, path: &str) -> Branches {
+        let mut sorted = Branches::default();
+        for branch in branches {
+            match branch {
+                Value::Object(b) => {
+                    let b = flatten(&b, path, self.warnings);
+                    self.sort_branch(b, path, &mut sorted);
                 }
+                Value::Bool(true) => sorted.untyped += 1,
+                _ => {}
             }
         }
-        let all = normalize_types(all);
+        sorted
+    }
+
+    /// Adds one flattened branch to `sorted`.
+    fn sort_branch(&mut self, b: Map<String, Value>, path: &str, sorted: &mut Branches) {
+        let mut b = self.absorb_junctors(b, path);
+        self.const_to_enum(&mut b, path);
+        if is_null_only(&b) {
+            sorted.nullable = true;
+            return;
+        }
+        let declared = type_list(b.get("type"));
+        if declared
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|x| x == "null"))
+            || b.get(NULLABLE).is_some()
+        {
+            sorted.nullable = true;
+        }
+        let types: Vec<String> = match declared {
+            Some(t) => normalize_types(t.into_iter().filter(|x| x != "null").collect()),
+            None if b.get(ANY).is_some() => Vec::new(),
+            None => infer_types(&b),
+        };
+        if types.is_empty() {
+            sorted.untyped += 1;
+        } else {
+            sorted.typed.push((types, b));
+        }
+    }
+
+    /// The union when no branch has a type: constraints alone, or null alone.
+    fn union_without_types(
+        &mut self,
+        junctor: &str,
+        nullable: bool,
+        untyped: usize,
+        path: &str,
+    ) -> Map<String, Value> {
+        if untyped > 0 {
+            self.warn(
+                path,
+                junctor,
+                "branches that only add constraints were dropped (still checked before install)",
+            );
+            return Map::new();
+        }
+        // Only null branches: the node is null, which a structural schema cannot say alone.
+        if nullable {
+            Map::from_iter([("type".to_owned(), Value::String("null".to_owned()))])
+        } else {
+            Map::new()
+        }
+    }
+
+    /// The union of two or more typed branches, by the types they accept together.
+    fn union_typed(&mut self, junctor: &str, typed: Vec<Typed>, path: &str) -> Map<String, Value> {
+        let all = all_types(&typed);
         let single_typed = typed.iter().all(|(t, _)| t.len() == 1);
-        let mut out = Map::new();
-        let enums: Option<Vec<Value>> = typed
-            .iter()
-            .map(|(_, b)| b.get("enum").and_then(Value::as_array).cloned())
-            .collect::<Option<Vec<_>>>()
-            .map(|lists| {
-                let mut seen = Vec::new();
-                for v in lists.into_iter().flatten() {
-                    if !seen.contains(&v) {
-                        seen.push(v);
-                    }
-                }
-                seen
-            });
         match all.as_slice() {
-            [t] if t == "object" => {
-                let mut names: Vec<String> = Vec::new();
-                let mut per_name: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-                for (_, b) in &typed {
-                    if let Some(Value::Object(p)) = b.get("properties") {
-                        for (name, s) in p {
-                            let list = per_name.entry(name.clone()).or_default();
-                            if !list.contains(s) {
-                                list.push(s.clone());
-                            }
-                            if !names.contains(name) {
-                                names.push(name.clone());
-                            }
-                        }
-                    }
-                }
-                let mut properties = Map::new();
-                for name in names {
-                    let mut list = per_name.remove(&name).unwrap_or_default();
-                    let s = if list.len() == 1 {
-                        list.remove(0)
-                    } else {
-                        Value::Object(Map::from_iter([(junctor.to_owned(), Value::Array(list))]))
-                    };
-                    properties.insert(name, s);
-                }
-                let closed = typed
-                    .iter()
-                    .all(|(_, b)| b.get("additionalProperties") == Some(&Value::Bool(false)));
-                let required: Vec<Value> = typed
-                    .first()
-                    .and_then(|(_, b)| b.get("required").and_then(Value::as_array).cloned())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|n| {
-                        typed.iter().all(|(_, b)| {
-                            b.get("required")
-                                .and_then(Value::as_array)
-                                .is_some_and(|r| r.contains(n))
-                        })
-                    })
-                    .collect();
-                out.insert("type".to_owned(), Value::String("object".to_owned()));
-                if !properties.is_empty() {
-                    out.insert("properties".to_owned(), Value::Object(properties));
-                }
-                if closed {
-                    out.insert("additionalProperties".to_owned(), Value::Bool(false));
-                }
-                if !required.is_empty() {
-                    out.insert("required".to_owned(), Value::Array(required));
-                }
-                self.warn(
-                    path,
-                    junctor,
-                    "object branches merged into one object with the union of their properties",
-                );
-            }
-            [t] if t == "array" => {
-                let mut items: Vec<Value> = Vec::new();
-                for (_, b) in &typed {
-                    let s = b.get("items").cloned().unwrap_or(Value::Bool(true));
-                    if !items.contains(&s) {
-                        items.push(s);
-                    }
-                }
-                out.insert("type".to_owned(), Value::String("array".to_owned()));
-                let items = if items.len() == 1 {
-                    items.remove(0)
-                } else {
-                    Value::Object(Map::from_iter([(junctor.to_owned(), Value::Array(items))]))
-                };
-                out.insert("items".to_owned(), items);
-                self.warn(
-                    path,
-                    junctor,
-                    "array branches merged into one array whose items may match any branch",
-                );
-            }
+            [t] if t == "object" => self.union_objects(junctor, &typed, path),
+            [t] if t == "array" => self.union_arrays(junctor, &typed, path),
             _ if single_typed && all.iter().all(|t| is_scalar(t)) && disjoint(&typed) => {
-                // Branches of different scalar types: every keyword applies to one type only,
-                // so keeping all of them is exact (except an enum that only some branches set).
-                for (_, b) in &typed {
-                    for (k, v) in b {
-                        if k != "type" && k != "enum" && !out.contains_key(k) {
-                            out.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-                out.insert(
-                    "type".to_owned(),
-                    Value::Array(all.iter().cloned().map(Value::String).collect()),
-                );
-                match enums {
-                    Some(e) => {
-                        out.insert("enum".to_owned(), Value::Array(e));
-                    }
-                    None if typed.iter().any(|(_, b)| b.contains_key("enum")) => {
-                        self.warn(path, junctor, "an enum of only some branches was dropped");
-                    }
-                    None => {}
-                }
+                self.union_disjoint_scalars(junctor, &typed, &all, path)
             }
-            [t] if is_scalar(t) => {
-                out.insert("type".to_owned(), Value::String(t.clone()));
-                let extra = typed.iter().any(|(_, b)| {
-                    b.keys()
-                        .any(|k| !matches!(k.as_str(), "type" | "enum" | "description" | "title"))
-                });
-                match enums {
-                    Some(e) => {
-                        out.insert("enum".to_owned(), Value::Array(e));
-                    }
-                    None if typed.iter().any(|(_, b)| b.contains_key("enum")) => {
-                        self.warn(path, junctor, "an enum of only some branches was dropped");
-                    }
-                    None => {}
-                }
-                if extra {
-                    self.warn(
-                        path,
-                        junctor,
-                        format!(
-                            "constraints of the {t} branches dropped (still checked before install)"
-                        ),
-                    );
-                }
-            }
+            [t] if is_scalar(t) => self.union_same_scalar(junctor, &typed, t, path),
             _ => {
                 self.warn(
                     path,
@@ -280,10 +144,242 @@ impl Converter<'_> {
                         all.join(", ")
                     ),
                 );
-                out.insert(ANY.to_owned(), Value::Bool(true));
+                Map::from_iter([(ANY.to_owned(), Value::Bool(true))])
             }
         }
+    }
+
+    /// Object branches: one object with every branch's properties, closed only when every
+    /// branch is, requiring only what every branch requires.
+    fn union_objects(&mut self, junctor: &str, typed: &[Typed], path: &str) -> Map<String, Value> {
+        let properties = united_properties(junctor, typed);
+        let closed = typed
+            .iter()
+            .all(|(_, b)| b.get("additionalProperties") == Some(&Value::Bool(false)));
+        let required = required_by_all(typed);
+        let mut out = Map::new();
+        out.insert("type".to_owned(), Value::String("object".to_owned()));
+        if !properties.is_empty() {
+            out.insert("properties".to_owned(), Value::Object(properties));
+        }
+        if closed {
+            out.insert("additionalProperties".to_owned(), Value::Bool(false));
+        }
+        if !required.is_empty() {
+            out.insert("required".to_owned(), Value::Array(required));
+        }
+        self.warn(
+            path,
+            junctor,
+            "object branches merged into one object with the union of their properties",
+        );
         out
+    }
+
+    /// Array branches: one array whose items may match any branch's items.
+    fn union_arrays(&mut self, junctor: &str, typed: &[Typed], path: &str) -> Map<String, Value> {
+        let mut items: Vec<Value> = Vec::new();
+        for (_, b) in typed {
+            let s = b.get("items").cloned().unwrap_or(Value::Bool(true));
+            if !items.contains(&s) {
+                items.push(s);
+            }
+        }
+        let mut out = Map::new();
+        out.insert("type".to_owned(), Value::String("array".to_owned()));
+        out.insert("items".to_owned(), one_or_junctor(junctor, items));
+        self.warn(
+            path,
+            junctor,
+            "array branches merged into one array whose items may match any branch",
+        );
+        out
+    }
+
+    /// Branches of different scalar types: every keyword applies to one type only, so keeping
+    /// all of them is exact (except an enum that only some branches set).
+    fn union_disjoint_scalars(
+        &mut self,
+        junctor: &str,
+        typed: &[Typed],
+        all: &[String],
+        path: &str,
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (_, b) in typed {
+            for (k, v) in b {
+                if k != "type" && k != "enum" && !out.contains_key(k) {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        out.insert(
+            "type".to_owned(),
+            Value::Array(all.iter().cloned().map(Value::String).collect()),
+        );
+        self.keep_common_enum(&mut out, junctor, typed, path);
+        out
+    }
+
+    /// Branches of one scalar type: the type and a common enum; other constraints are dropped.
+    fn union_same_scalar(
+        &mut self,
+        junctor: &str,
+        typed: &[Typed],
+        t: &str,
+        path: &str,
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        out.insert("type".to_owned(), Value::String(t.to_owned()));
+        let extra = typed.iter().any(|(_, b)| {
+            b.keys()
+                .any(|k| !matches!(k.as_str(), "type" | "enum" | "description" | "title"))
+        });
+        self.keep_common_enum(&mut out, junctor, typed, path);
+        if extra {
+            self.warn(
+                path,
+                junctor,
+                format!("constraints of the {t} branches dropped (still checked before install)"),
+            );
+        }
+        out
+    }
+
+    /// Sets the enum of every branch's values when every branch has an enum; warns when only
+    /// some do.
+    fn keep_common_enum(
+        &mut self,
+        out: &mut Map<String, Value>,
+        junctor: &str,
+        typed: &[Typed],
+        path: &str,
+    ) {
+        match enum_union(typed) {
+            Some(e) => {
+                out.insert("enum".to_owned(), Value::Array(e));
+            }
+            None if typed.iter().any(|(_, b)| b.contains_key("enum")) => {
+                self.warn(path, junctor, "an enum of only some branches was dropped");
+            }
+            None => {}
+        }
+    }
+}
+
+/// A junctor's branches, sorted by what they accept.
+#[derive(Default)]
+struct Branches {
+    /// Some branch accepts null.
+    nullable: bool,
+    /// The branches with types, each with its types (null left out).
+    typed: Vec<Typed>,
+    /// How many branches accept any type.
+    untyped: usize,
+}
+
+/// A branch's types and the branch.
+type Typed = (Vec<String>, Map<String, Value>);
+
+/// `out` also accepting null: in its type list, or marked when it has none.
+fn with_null(mut out: Map<String, Value>) -> Map<String, Value> {
+    match type_list(out.get("type")) {
+        Some(mut t) => {
+            if !t.iter().any(|x| x == "null") {
+                t.push("null".to_owned());
+            }
+            out.insert(
+                "type".to_owned(),
+                Value::Array(t.into_iter().map(Value::String).collect()),
+            );
+        }
+        None => {
+            out.insert(NULLABLE.to_owned(), Value::Bool(true));
+        }
+    }
+    out
+}
+
+/// Every type some branch accepts.
+fn all_types(typed: &[Typed]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for (types, _) in typed {
+        for t in types {
+            if !all.contains(t) {
+                all.push(t.clone());
+            }
+        }
+    }
+    normalize_types(all)
+}
+
+/// The values of every branch's enum, when every branch has one.
+fn enum_union(typed: &[Typed]) -> Option<Vec<Value>> {
+    let lists = typed
+        .iter()
+        .map(|(_, b)| b.get("enum").and_then(Value::as_array).cloned())
+        .collect::<Option<Vec<_>>>()?;
+    let mut seen = Vec::new();
+    for v in lists.into_iter().flatten() {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    Some(seen)
+}
+
+/// Every branch's properties, in order of first appearance; a property that branches declare
+/// differently becomes a junctor of its distinct schemas.
+fn united_properties(junctor: &str, typed: &[Typed]) -> Map<String, Value> {
+    let mut names: Vec<String> = Vec::new();
+    let mut per_name: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (_, b) in typed {
+        if let Some(Value::Object(p)) = b.get("properties") {
+            for (name, s) in p {
+                let list = per_name.entry(name.clone()).or_default();
+                if !list.contains(s) {
+                    list.push(s.clone());
+                }
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+        }
+    }
+    let mut properties = Map::new();
+    for name in names {
+        let list = per_name.remove(&name).unwrap_or_default();
+        properties.insert(name, one_or_junctor(junctor, list));
+    }
+    properties
+}
+
+/// The names the first branch requires that every other branch requires too.
+fn required_by_all(typed: &[Typed]) -> Vec<Value> {
+    typed
+        .first()
+        .and_then(|(_, b)| b.get("required").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| {
+            typed.iter().all(|(_, b)| {
+                b.get("required")
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| r.contains(n))
+            })
+        })
+        .collect()
+}
+
+/// The one schema of `schemas`, or a junctor of all of them (folded again when converted).
+fn one_or_junctor(junctor: &str, mut schemas: Vec<Value>) -> Value {
+    if schemas.len() == 1 {
+        schemas.remove(0)
+    } else {
+        Value::Object(Map::from_iter([(
+            junctor.to_owned(),
+            Value::Array(schemas),
+        )]))
     }
 }
 
@@ -302,7 +398,7 @@ fn is_scalar(t: &str) -> bool {
 }
 
 /// Whether no two branches share a type.
-fn disjoint(typed: &[(Vec<String>, Map<String, Value>)]) -> bool {
+fn disjoint(typed: &[Typed]) -> bool {
     let mut seen: Vec<&str> = Vec::new();
     for (types, _) in typed {
         for t in types {

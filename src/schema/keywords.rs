@@ -112,100 +112,121 @@ pub(crate) fn re2_compatible(pattern: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Finds syntax outside what Go's RE2 and Rust's `regex` read alike, scanning the pattern once.
 fn go_only_syntax(pattern: &str) -> Result<(), String> {
     let chars: Vec<char> = pattern.chars().collect();
     let mut i = 0;
-    let mut in_class = false;
-    let mut class_start = 0;
+    // Where the open character class's members start, while inside one.
+    let mut class_start: Option<usize> = None;
     while i < chars.len() {
-        let c = chars[i];
-        if c == '\\' {
-            let Some(&next) = chars.get(i + 1) else {
-                return Err("trailing backslash".to_owned());
-            };
-            match next {
-                'u' | 'U' => {
-                    return Err("\\u escapes are not supported by RE2 (use \\x{...})".to_owned());
-                }
-                'p' | 'P' if chars.get(i + 2) == Some(&'{') => {
-                    let name: String = chars[i + 3..].iter().take_while(|&&c| c != '}').collect();
-                    let short = name.len() <= 2 && name.chars().all(|c| c.is_ascii_alphabetic());
-                    let script = GO_SCRIPTS.contains(&name.as_str());
-                    if !(short || script) {
-                        return Err(format!("Unicode class {name:?} may not be known to RE2"));
-                    }
-                }
-                _ => {}
-            }
+        if chars[i] == '\\' {
+            escape(&chars[i..])?;
             i += 2;
-            continue;
-        }
-        if in_class {
-            match c {
-                ']' if i > class_start + 1
-                    || (i == class_start + 1 && chars[class_start] != '^') =>
-                {
-                    in_class = false
-                }
-                '[' if chars.get(i + 1) != Some(&':') => {
-                    return Err("nested character class".to_owned());
-                }
-                '&' | '-' | '~' if chars.get(i + 1) == Some(&c) => {
-                    return Err("character class set operation".to_owned());
-                }
-                _ => {}
+        } else if let Some(start) = class_start {
+            if class_member(&chars, i, start)? {
+                class_start = None;
             }
             i += 1;
-            continue;
+        } else if let Some(len) = repeat_len(&chars[i..]) {
+            i = after_repetition(&chars, i, len)?;
+        } else if chars[i] == '[' {
+            let (start, last) = class_opening(&chars, i);
+            class_start = Some(start);
+            i = last + 1;
+        } else {
+            if chars[i] == '(' && chars.get(i + 1) == Some(&'?') {
+                group_flags(&chars[i + 2..])?;
+            }
+            i += 1;
         }
-        if let Some(len) = repeat_len(&chars[i..]) {
-            if counts_too_big(&chars[i..i + len]) {
-                return Err("repeat count above 1000".to_owned());
+    }
+    Ok(())
+}
+
+/// Checks the escape at the start of `chars` (a backslash and what follows).
+fn escape(chars: &[char]) -> Result<(), String> {
+    let Some(&next) = chars.get(1) else {
+        return Err("trailing backslash".to_owned());
+    };
+    match next {
+        'u' | 'U' => Err("\\u escapes are not supported by RE2 (use \\x{...})".to_owned()),
+        'p' | 'P' if chars.get(2) == Some(&'{') => {
+            let name: String = chars[3..].iter().take_while(|&&c| c != '}').collect();
+            let short = name.len() <= 2 && name.chars().all(|c| c.is_ascii_alphabetic());
+            let script = GO_SCRIPTS.contains(&name.as_str());
+            if short || script {
+                Ok(())
+            } else {
+                Err(format!("Unicode class {name:?} may not be known to RE2"))
             }
-            i += len;
-            if chars.get(i) == Some(&'?') {
-                // A lazy quantifier, fine in both.
-                i += 1;
-            }
-            if repeat_len(&chars[i..]).is_some() {
-                return Err("stacked repetition operators (Go rejects `a**`, `a++`)".to_owned());
-            }
-            continue;
         }
-        match c {
-            '[' => {
-                in_class = true;
-                // A `]` right after `[` or `[^` is a literal in both syntaxes.
-                class_start = i + 1;
-                if chars.get(i + 1) == Some(&'^') {
-                    i += 1;
-                }
-                if chars.get(i + 1) == Some(&']') {
-                    i += 1;
-                }
-            }
-            '(' if chars.get(i + 1) == Some(&'?') => {
-                let flags: String = chars[i + 2..]
-                    .iter()
-                    .take_while(|&&c| c != ')' && c != ':')
-                    .collect();
-                if ["=", "!", "<=", "<!"].iter().any(|l| flags.starts_with(l)) {
-                    return Err("look-around is not supported by RE2".to_owned());
-                }
-                if flags.starts_with('<') || flags.starts_with('P') {
-                    if !flags.starts_with("P<") {
-                        return Err("named group syntax not supported by RE2".to_owned());
-                    }
-                } else if !flags
-                    .chars()
-                    .all(|c| matches!(c, 'i' | 'm' | 's' | 'U' | '-'))
-                {
-                    return Err(format!("group flags {flags:?} not supported by RE2"));
-                }
-            }
-            _ => {}
+        _ => Ok(()),
+    }
+}
+
+/// Checks the character at `i` inside a class whose members start at `start`; whether it
+/// closes the class.
+fn class_member(chars: &[char], i: usize, start: usize) -> Result<bool, String> {
+    let c = chars[i];
+    match c {
+        ']' if i > start + 1 || (i == start + 1 && chars[start] != '^') => Ok(true),
+        '[' if chars.get(i + 1) != Some(&':') => Err("nested character class".to_owned()),
+        '&' | '-' | '~' if chars.get(i + 1) == Some(&c) => {
+            Err("character class set operation".to_owned())
         }
+        _ => Ok(false),
+    }
+}
+
+/// Where scanning goes on after the repetition operator of `len` characters at `i`, once its
+/// counts and what follows it are checked.
+fn after_repetition(chars: &[char], i: usize, len: usize) -> Result<usize, String> {
+    if counts_too_big(&chars[i..i + len]) {
+        return Err("repeat count above 1000".to_owned());
+    }
+    let mut next = i + len;
+    if chars.get(next) == Some(&'?') {
+        // A lazy quantifier, fine in both.
+        next += 1;
+    }
+    if repeat_len(&chars[next..]).is_some() {
+        return Err("stacked repetition operators (Go rejects `a**`, `a++`)".to_owned());
+    }
+    Ok(next)
+}
+
+/// The class opening with the `[` at `i`: where its members start, and the index of its last
+/// opening character (`[`, `[^`, and a `]` right after either, which is a literal in both
+/// syntaxes).
+fn class_opening(chars: &[char], mut i: usize) -> (usize, usize) {
+    let start = i + 1;
+    if chars.get(i + 1) == Some(&'^') {
         i += 1;
+    }
+    if chars.get(i + 1) == Some(&']') {
+        i += 1;
+    }
+    (start, i)
+}
+
+/// Checks what follows `(?`: look-around, named groups and flags.
+fn group_flags(after: &[char]) -> Result<(), String> {
+    let flags: String = after
+        .iter()
+        .take_while(|&&c| c != ')' && c != ':')
+        .collect();
+    if ["=", "!", "<=", "<!"].iter().any(|l| flags.starts_with(l)) {
+        return Err("look-around is not supported by RE2".to_owned());
+    }
+    if flags.starts_with('<') || flags.starts_with('P') {
+        if !flags.starts_with("P<") {
+            return Err("named group syntax not supported by RE2".to_owned());
+        }
+    } else if !flags
+        .chars()
+        .all(|c| matches!(c, 'i' | 'm' | 's' | 'U' | '-'))
+    {
+        return Err(format!("group flags {flags:?} not supported by RE2"));
     }
     Ok(())
 }

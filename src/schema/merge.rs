@@ -116,102 +116,130 @@ pub(crate) fn merge(
             a.insert(key, bv);
             continue;
         };
-        let merged = match key.as_str() {
-            "type" => match (type_list(Some(&av)), type_list(Some(&bv))) {
-                (Some(x), Some(y)) => {
-                    let both = intersect_types(&x, &y);
-                    if both.is_empty() {
-                        warnings.push(Warning::new(
-                            path,
-                            "allOf",
-                            format!("conflicting types {av} and {bv}; kept {av}"),
-                        ));
-                        av
-                    } else {
-                        types_value(both)
-                    }
-                }
-                _ => av,
-            },
-            "properties" | "patternProperties" => match (av, bv) {
-                (Value::Object(mut x), Value::Object(y)) => {
-                    for (name, ys) in y {
-                        let entry = match x.remove(&name) {
-                            Some(xs) => {
-                                merge_schemas(xs, ys, &super::warning::child(path, &name), warnings)
-                            }
-                            None => ys,
-                        };
-                        x.insert(name, entry);
-                    }
-                    Value::Object(x)
-                }
-                (x, _) => x,
-            },
-            "additionalProperties" | "items" => match (av, bv) {
-                (Value::Bool(false), _) | (_, Value::Bool(false)) => Value::Bool(false),
-                (Value::Bool(true), y) => y,
-                (x, Value::Bool(true)) => x,
-                (x @ Value::Object(_), y @ Value::Object(_)) => {
-                    let step = if key == "items" { "[*]" } else { "{*}" };
-                    merge_schemas(x, y, &format!("{path}{step}"), warnings)
-                }
-                (x, _) => x,
-            },
-            "required" => {
-                let mut names: Vec<Value> = av.as_array().cloned().unwrap_or_default();
-                for n in bv.as_array().cloned().unwrap_or_default() {
-                    if !names.contains(&n) {
-                        names.push(n);
-                    }
-                }
-                Value::Array(names)
-            }
-            "enum" => match (av, bv) {
-                (Value::Array(x), Value::Array(y)) => {
-                    let both: Vec<Value> = x.iter().filter(|v| y.contains(v)).cloned().collect();
-                    if both.is_empty() {
-                        warnings.push(Warning::new(
-                            path,
-                            "allOf",
-                            "enums with no common value; kept the first",
-                        ));
-                        Value::Array(x)
-                    } else {
-                        Value::Array(both)
-                    }
-                }
-                (x, _) => x,
-            },
-            "minimum" | "minLength" | "minItems" | "minProperties" => tighter(av, bv, true),
-            "maximum" | "maxLength" | "maxItems" | "maxProperties" => tighter(av, bv, false),
-            "exclusiveMinimum" | "exclusiveMaximum" => match (&av, &bv) {
-                (Value::Bool(x), Value::Bool(y)) => Value::Bool(*x || *y),
-                (Value::Number(_), Value::Number(_)) => tighter(av, bv, key == "exclusiveMinimum"),
-                _ => av,
-            },
-            "uniqueItems"
-            | "x-compositor-subchart"
-            | "x-compositor-any"
-            | "x-compositor-nullable" => {
-                Value::Bool(av == Value::Bool(true) || bv == Value::Bool(true))
-            }
-            "pattern" | "format" | "const" | "multipleOf" | "anyOf" | "oneOf" | "not" => {
-                if av != bv {
-                    warnings.push(Warning::new(
-                        path,
-                        &format!("allOf/{key}"),
-                        format!("two branches both set {key}; kept the first"),
-                    ));
-                }
-                av
-            }
-            // Annotations and anything else: the first branch wins.
-            _ => av,
-        };
+        let merged = merge_keyword(&key, av, bv, path, warnings);
         a.insert(key, merged);
     }
     a
+}
+
+/// The value of `key` when both nodes set it: `av` from the first, `bv` from the second.
+fn merge_keyword(
+    key: &str,
+    av: Value,
+    bv: Value,
+    path: &str,
+    warnings: &mut Vec<Warning>,
+) -> Value {
+    match key {
+        "type" => merge_types(av, bv, path, warnings),
+        "properties" | "patternProperties" => merge_properties(av, bv, path, warnings),
+        "additionalProperties" | "items" => {
+            let step = if key == "items" { "[*]" } else { "{*}" };
+            merge_member_schemas(av, bv, &format!("{path}{step}"), warnings)
+        }
+        "required" => unite_required(av, bv),
+        "enum" => intersect_enums(av, bv, path, warnings),
+        "minimum" | "minLength" | "minItems" | "minProperties" => tighter(av, bv, true),
+        "maximum" | "maxLength" | "maxItems" | "maxProperties" => tighter(av, bv, false),
+        "exclusiveMinimum" | "exclusiveMaximum" => match (&av, &bv) {
+            (Value::Bool(x), Value::Bool(y)) => Value::Bool(*x || *y),
+            (Value::Number(_), Value::Number(_)) => tighter(av, bv, key == "exclusiveMinimum"),
+            _ => av,
+        },
+        "uniqueItems" | "x-compositor-subchart" | "x-compositor-any" | "x-compositor-nullable" => {
+            Value::Bool(av == Value::Bool(true) || bv == Value::Bool(true))
+        }
+        "pattern" | "format" | "const" | "multipleOf" | "anyOf" | "oneOf" | "not" => {
+            if av != bv {
+                warnings.push(Warning::new(
+                    path,
+                    &format!("allOf/{key}"),
+                    format!("two branches both set {key}; kept the first"),
+                ));
+            }
+            av
+        }
+        // Annotations and anything else: the first branch wins.
+        _ => av,
+    }
+}
+
+/// The types both allow; the first when they share none.
+fn merge_types(av: Value, bv: Value, path: &str, warnings: &mut Vec<Warning>) -> Value {
+    let (Some(x), Some(y)) = (type_list(Some(&av)), type_list(Some(&bv))) else {
+        return av;
+    };
+    let both = intersect_types(&x, &y);
+    if both.is_empty() {
+        warnings.push(Warning::new(
+            path,
+            "allOf",
+            format!("conflicting types {av} and {bv}; kept {av}"),
+        ));
+        av
+    } else {
+        types_value(both)
+    }
+}
+
+/// Every property of either, those of both merged.
+fn merge_properties(av: Value, bv: Value, path: &str, warnings: &mut Vec<Warning>) -> Value {
+    match (av, bv) {
+        (Value::Object(mut x), Value::Object(y)) => {
+            for (name, ys) in y {
+                let entry = match x.remove(&name) {
+                    Some(xs) => {
+                        merge_schemas(xs, ys, &super::warning::child(path, &name), warnings)
+                    }
+                    None => ys,
+                };
+                x.insert(name, entry);
+            }
+            Value::Object(x)
+        }
+        (x, _) => x,
+    }
+}
+
+/// The schema of items or of map values: `false` wins, `true` yields, two schemas merge.
+fn merge_member_schemas(av: Value, bv: Value, path: &str, warnings: &mut Vec<Warning>) -> Value {
+    match (av, bv) {
+        (Value::Bool(false), _) | (_, Value::Bool(false)) => Value::Bool(false),
+        (Value::Bool(true), y) => y,
+        (x, Value::Bool(true)) => x,
+        (x @ Value::Object(_), y @ Value::Object(_)) => merge_schemas(x, y, path, warnings),
+        (x, _) => x,
+    }
+}
+
+/// The names either requires, first's first.
+fn unite_required(av: Value, bv: Value) -> Value {
+    let mut names: Vec<Value> = av.as_array().cloned().unwrap_or_default();
+    for n in bv.as_array().cloned().unwrap_or_default() {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    Value::Array(names)
+}
+
+/// The values both enums allow; the first enum when they share none.
+fn intersect_enums(av: Value, bv: Value, path: &str, warnings: &mut Vec<Warning>) -> Value {
+    let (x, y) = match (av, bv) {
+        (Value::Array(x), Value::Array(y)) => (x, y),
+        (x, _) => return x,
+    };
+    let both: Vec<Value> = x.iter().filter(|v| y.contains(v)).cloned().collect();
+    if both.is_empty() {
+        warnings.push(Warning::new(
+            path,
+            "allOf",
+            "enums with no common value; kept the first",
+        ));
+        Value::Array(x)
+    } else {
+        Value::Array(both)
+    }
 }
 
 /// Merges two subschemas that may be booleans.

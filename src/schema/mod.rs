@@ -9,6 +9,7 @@ mod defaults;
 pub mod infer;
 mod junctors;
 mod keywords;
+mod kinds;
 mod merge;
 mod refs;
 mod shapes;

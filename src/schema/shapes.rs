@@ -86,6 +86,8 @@ impl Converter<'_> {
         p
     }
 
+    /// An object node: its declared properties, what it does with other keys, and the keys it
+    /// requires.
     pub(crate) fn object(
         &mut self,
         m: &Map<String, Value>,
@@ -96,86 +98,14 @@ impl Converter<'_> {
             type_: Some("object".to_owned()),
             ..Default::default()
         };
-        let mut properties = BTreeMap::new();
-        if let Some(Value::Object(declared)) = m.get("properties") {
-            for (name, s) in declared {
-                let v = values.and_then(|v| v.get(name));
-                properties.insert(name.clone(), self.convert(s, &child(path, name), v));
-            }
-        }
-        let additional = m.get("additionalProperties");
-        let pattern_props = m
-            .get("patternProperties")
-            .and_then(Value::as_object)
-            .filter(|pp| !pp.is_empty());
+        let properties = self.properties(m, path, values);
         let mut preserve = false;
-        if !properties.is_empty() {
-            let closed = additional == Some(&Value::Bool(false)) && pattern_props.is_none();
-            if !closed {
-                preserve = true;
-                if additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty())) {
-                    self.warn(
-                        path,
-                        "additionalProperties",
-                        "a schema for extra keys cannot sit next to properties; extra keys are kept unvalidated",
-                    );
-                }
-                if pattern_props.is_some() {
-                    self.warn(
-                        path,
-                        "patternProperties",
-                        "cannot sit next to properties; matching keys are kept unvalidated",
-                    );
-                }
+        match self.other_keys(m, path, !properties.is_empty()) {
+            OtherKeys::Validated(s) => {
+                p.additional_properties = Some(JSONSchemaPropsOrBool::Schema(s));
             }
-        } else if let Some(pp) = pattern_props {
-            let mut distinct: Vec<&Value> = Vec::new();
-            for s in pp.values() {
-                if !distinct.contains(&s) {
-                    distinct.push(s);
-                }
-            }
-            let keys: Vec<&str> = pp.keys().map(String::as_str).collect();
-            // Validating every value by the pattern's schema is exact only when no other key
-            // is allowed anyway, or when the pattern matches every key; otherwise a key that
-            // misses the pattern (free in the chart's schema) would be rejected.
-            let others_forbidden = additional == Some(&Value::Bool(false));
-            let universal = keys.iter().all(|k| matches_every_key(k));
-            let extra_schema =
-                additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty()));
-            if distinct.len() == 1 && !extra_schema && (others_forbidden || universal) {
-                let s = self.convert(distinct[0], &format!("{path}{{*}}"), None);
-                p.additional_properties = Some(JSONSchemaPropsOrBool::Schema(Box::new(s)));
-                if !universal {
-                    self.warn(
-                        path,
-                        "patternProperties",
-                        format!(
-                            "key pattern {} not enforced; every value is validated by its schema",
-                            keys.join(" | ")
-                        ),
-                    );
-                }
-            } else {
-                preserve = true;
-                self.warn(
-                    path,
-                    "patternProperties",
-                    format!(
-                        "key pattern {} cannot be expressed; values kept unvalidated",
-                        keys.join(" | ")
-                    ),
-                );
-            }
-        } else {
-            match additional {
-                Some(Value::Object(s)) if !s.is_empty() => {
-                    let s = self.convert(&Value::Object(s.clone()), &format!("{path}{{*}}"), None);
-                    p.additional_properties = Some(JSONSchemaPropsOrBool::Schema(Box::new(s)));
-                }
-                Some(Value::Bool(false)) => {}
-                _ => preserve = true,
-            }
+            OtherKeys::Kept => preserve = true,
+            OtherKeys::Pruned => {}
         }
         if m.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
             // The chart's author asked for it explicitly.
@@ -188,30 +118,7 @@ impl Converter<'_> {
             p.x_kubernetes_map_type = Some(t.clone());
         }
         if let Some(required) = m.get("required").and_then(Value::as_array) {
-            let mut keep: Vec<String> = Vec::new();
-            let mut undeclared: Vec<String> = Vec::new();
-            for name in required.iter().filter_map(Value::as_str) {
-                if !properties.contains_key(name) {
-                    undeclared.push(name.to_owned());
-                } else if values.and_then(|v| v.get(name)).is_none_or(Value::is_null)
-                    && !keep.iter().any(|k| k == name)
-                {
-                    // A key the chart's values.yaml supplies is present after Helm merges
-                    // values, so requiring it again would force users to repeat a default.
-                    keep.push(name.to_owned());
-                }
-            }
-            if !undeclared.is_empty() {
-                self.warn(
-                    path,
-                    "required",
-                    format!("{} not declared in properties; not required by the CRD (still checked before install)", undeclared.join(", ")),
-                );
-            }
-            keep.sort();
-            if !keep.is_empty() {
-                p.required = Some(keep);
-            }
+            p.required = self.required(required, &properties, path, values);
         }
         p.min_properties = count(m, "minProperties");
         p.max_properties = count(m, "maxProperties");
@@ -222,6 +129,159 @@ impl Converter<'_> {
             p.x_kubernetes_preserve_unknown_fields = Some(true);
         }
         p
+    }
+
+    /// The converted declared properties; `values` is the object's value in values.yaml.
+    fn properties(
+        &mut self,
+        m: &Map<String, Value>,
+        path: &str,
+        values: Option<&Value>,
+    ) -> BTreeMap<String, JSONSchemaProps> {
+        let mut properties = BTreeMap::new();
+        if let Some(Value::Object(declared)) = m.get("properties") {
+            for (name, s) in declared {
+                let v = values.and_then(|v| v.get(name));
+                properties.insert(name.clone(), self.convert(s, &child(path, name), v));
+            }
+        }
+        properties
+    }
+
+    /// What the object does with keys other than its declared properties.
+    fn other_keys(
+        &mut self,
+        m: &Map<String, Value>,
+        path: &str,
+        has_properties: bool,
+    ) -> OtherKeys {
+        let additional = m.get("additionalProperties");
+        let pattern_props = m
+            .get("patternProperties")
+            .and_then(Value::as_object)
+            .filter(|pp| !pp.is_empty());
+        if has_properties {
+            self.keys_beside_properties(additional, pattern_props, path)
+        } else if let Some(pp) = pattern_props {
+            self.pattern_keys(pp, additional, path)
+        } else {
+            match additional {
+                Some(Value::Object(s)) if !s.is_empty() => {
+                    let s = self.convert(&Value::Object(s.clone()), &format!("{path}{{*}}"), None);
+                    OtherKeys::Validated(Box::new(s))
+                }
+                Some(Value::Bool(false)) => OtherKeys::Pruned,
+                _ => OtherKeys::Kept,
+            }
+        }
+    }
+
+    /// Other keys next to declared properties: a structural schema cannot validate them by a
+    /// schema there, so they are pruned only when the chart forbids them.
+    fn keys_beside_properties(
+        &mut self,
+        additional: Option<&Value>,
+        pattern_props: Option<&Map<String, Value>>,
+        path: &str,
+    ) -> OtherKeys {
+        let closed = additional == Some(&Value::Bool(false)) && pattern_props.is_none();
+        if closed {
+            return OtherKeys::Pruned;
+        }
+        if additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty())) {
+            self.warn(
+                path,
+                "additionalProperties",
+                "a schema for extra keys cannot sit next to properties; extra keys are kept unvalidated",
+            );
+        }
+        if pattern_props.is_some() {
+            self.warn(
+                path,
+                "patternProperties",
+                "cannot sit next to properties; matching keys are kept unvalidated",
+            );
+        }
+        OtherKeys::Kept
+    }
+
+    /// Keys matched by `patternProperties` in an object without declared properties.
+    fn pattern_keys(
+        &mut self,
+        pp: &Map<String, Value>,
+        additional: Option<&Value>,
+        path: &str,
+    ) -> OtherKeys {
+        let mut distinct: Vec<&Value> = Vec::new();
+        for s in pp.values() {
+            if !distinct.contains(&s) {
+                distinct.push(s);
+            }
+        }
+        let keys: Vec<&str> = pp.keys().map(String::as_str).collect();
+        // Validating every value by the pattern's schema is exact only when no other key
+        // is allowed anyway, or when the pattern matches every key; otherwise a key that
+        // misses the pattern (free in the chart's schema) would be rejected.
+        let others_forbidden = additional == Some(&Value::Bool(false));
+        let universal = keys.iter().all(|k| matches_every_key(k));
+        let extra_schema = additional.is_some_and(|a| a.as_object().is_some_and(|o| !o.is_empty()));
+        if distinct.len() == 1 && !extra_schema && (others_forbidden || universal) {
+            let s = self.convert(distinct[0], &format!("{path}{{*}}"), None);
+            if !universal {
+                self.warn(
+                    path,
+                    "patternProperties",
+                    format!(
+                        "key pattern {} not enforced; every value is validated by its schema",
+                        keys.join(" | ")
+                    ),
+                );
+            }
+            OtherKeys::Validated(Box::new(s))
+        } else {
+            self.warn(
+                path,
+                "patternProperties",
+                format!(
+                    "key pattern {} cannot be expressed; values kept unvalidated",
+                    keys.join(" | ")
+                ),
+            );
+            OtherKeys::Kept
+        }
+    }
+
+    /// The declared keys the CRD can require: sorted, without those the chart's values.yaml
+    /// supplies; `None` when none is left.
+    fn required(
+        &mut self,
+        required: &[Value],
+        properties: &BTreeMap<String, JSONSchemaProps>,
+        path: &str,
+        values: Option<&Value>,
+    ) -> Option<Vec<String>> {
+        let mut keep: Vec<String> = Vec::new();
+        let mut undeclared: Vec<String> = Vec::new();
+        for name in required.iter().filter_map(Value::as_str) {
+            if !properties.contains_key(name) {
+                undeclared.push(name.to_owned());
+            } else if values.and_then(|v| v.get(name)).is_none_or(Value::is_null)
+                && !keep.iter().any(|k| k == name)
+            {
+                // A key the chart's values.yaml supplies is present after Helm merges
+                // values, so requiring it again would force users to repeat a default.
+                keep.push(name.to_owned());
+            }
+        }
+        if !undeclared.is_empty() {
+            self.warn(
+                path,
+                "required",
+                format!("{} not declared in properties; not required by the CRD (still checked before install)", undeclared.join(", ")),
+            );
+        }
+        keep.sort();
+        (!keep.is_empty()).then_some(keep)
     }
 
     pub(crate) fn array(&mut self, m: &Map<String, Value>, path: &str) -> JSONSchemaProps {
@@ -286,6 +346,16 @@ impl Converter<'_> {
         p.items = Some(JSONSchemaPropsOrArray::Schema(Box::new(items)));
         p
     }
+}
+
+/// What an object does with keys other than its declared properties.
+enum OtherKeys {
+    /// Every value is validated by this schema.
+    Validated(Box<JSONSchemaProps>),
+    /// They are kept unvalidated.
+    Kept,
+    /// They are pruned.
+    Pruned,
 }
 
 /// Whether an enum value can be a value of the node.
