@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::convert::{ANY, Converter, NULLABLE};
-use super::kinds::{infer_types, normalize_types};
+use super::convert::{infer_types, normalize_types};
 use super::merge::{flatten, merge, type_list};
 
 impl Converter<'_> {

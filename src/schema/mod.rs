@@ -9,7 +9,6 @@ mod defaults;
 pub mod infer;
 mod junctors;
 mod keywords;
-mod kinds;
 mod merge;
 mod refs;
 mod shapes;

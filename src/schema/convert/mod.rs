@@ -4,13 +4,17 @@
 //! keeps its declared properties and preserves unknown fields; junctors are folded into the
 //! node; anything the apiserver cannot express is dropped with a warning, never silently.
 
+mod kinds;
+
+pub(crate) use kinds::{infer_types, normalize_types};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSON, JSONSchemaProps};
 use serde_json::{Map, Value};
 
 use super::defaults;
-use super::kinds::Kind;
 use super::merge::flatten;
 use super::warning::Warning;
+use kinds::Kind;
 
 /// Marks a node that must accept any value (set by junctor folding).
 pub(crate) const ANY: &str = "x-compositor-any";

@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value};
 
-use super::convert::{ANY, Converter, NULLABLE};
-use super::keywords::format_known;
-use super::merge::type_list;
+use super::{ANY, Converter, NULLABLE};
+use crate::schema::keywords::format_known;
+use crate::schema::merge::type_list;
 
 /// What kind of value a node accepts, once types are settled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
