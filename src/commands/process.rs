@@ -113,9 +113,11 @@ impl Process {
             .map_err(context("connecting to Kubernetes"))
     }
 
-    /// The leader election on Lease `namespace`/`name`, when the flags ask for one.
+    /// The leader election on Lease `namespace`/`name` through `client`, when the flags ask
+    /// for one.
     pub(super) async fn elect(
         &self,
+        client: kube::Client,
         namespace: String,
         name: String,
     ) -> Result<Option<Election>, CommandError> {
@@ -128,7 +130,7 @@ impl Process {
             identity: leader::identity(),
             lease: Duration::from_secs(self.args.leader_election_lease_seconds),
         };
-        Election::start(self.client()?, settings)
+        Election::start(client, settings)
             .await
             .map(Some)
             .map_err(context("starting the leader election"))

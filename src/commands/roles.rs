@@ -80,12 +80,13 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| DEFAULT_CLUSTERS_NAMESPACE.to_string()),
     };
+    let client = process.client()?;
     let lease_namespace = args.leader_election_namespace.unwrap_or_default();
     let election = process
-        .elect(lease_namespace, args.leader_election_name)
+        .elect(client.clone(), lease_namespace, args.leader_election_name)
         .await?;
     let operator = definition::Context::new(
-        process.client()?,
+        client,
         config,
         process.engine.clone(),
         cache,
@@ -147,7 +148,9 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         .leader_election_namespace
         .unwrap_or_else(|| identity.definition.namespace.clone());
     let lease_name = args.leader_election_name.unwrap_or_else(|| identity.name());
-    let election = process.elect(lease_namespace, lease_name).await?;
+    let election = process
+        .elect(process.client()?, lease_namespace, lease_name)
+        .await?;
     let config = composition::Config {
         identity,
         workers: args.workers,

@@ -103,10 +103,8 @@ fn error_policy(
         }
         error => {
             runtime::log_failure("definition", &definition.name_any(), error);
-            match error.is_terminal() {
-                true => Action::requeue(Duration::from_secs(300)),
-                false => Action::requeue(Duration::from_secs(15)),
-            }
+            let after = if error.is_terminal() { 300 } else { 15 };
+            Action::requeue(Duration::from_secs(after))
         }
     }
 }
