@@ -192,7 +192,7 @@ fn ready_reason(status: &Value) -> (String, String) {
 }
 
 #[tokio::test]
-async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() {
+async fn invalid_values_kinds_beyond_the_controllers_rbac_and_unknown_fields_install_nothing() {
     let fixture = Fixture::new("ctl-guard").await;
     // `not` is lost in the CRD (the apiserver cannot say it), so only the chart's own schema,
     // checked by the controller, refuses 13.
@@ -239,17 +239,35 @@ async fn invalid_values_and_kinds_beyond_the_controllers_rbac_install_nothing() 
         "{message}"
     );
 
-    for release in ["unlucky", "greedy"] {
+    // Helm leaves field validation to the server, which refuses the unknown field before it
+    // writes that object; what the install had written before it is removed.
+    let first = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "before-it"}});
+    let strange = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "strange"},
+                         "bogus": 1});
+    let (reason, message) = refused("odd", json!({"extraObjects": [first, strange]})).await;
+    assert_eq!(reason, "InstallRejected", "{message}");
+    assert!(
+        message.contains("strange") && message.contains(".bogus: field not declared in schema"),
+        "{message}"
+    );
+    assert!(
+        message.contains("what the install had created is removed"),
+        "{message}"
+    );
+
+    for release in ["unlucky", "greedy", "odd"] {
         assert!(
             !helm_has(release, &fixture.namespace),
             "no release {release}"
         );
     }
     let maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), &fixture.namespace);
-    assert!(
-        maps.get_opt("greedy").await.unwrap().is_none(),
-        "nothing installed halfway"
-    );
+    for name in ["greedy", "odd", "before-it"] {
+        assert!(
+            maps.get_opt(name).await.unwrap().is_none(),
+            "nothing installed halfway: {name}"
+        );
+    }
 }
 
 /// Asserts that every permission check of the installs made since `started` shared one rules

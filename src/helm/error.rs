@@ -62,9 +62,15 @@ impl Error {
     }
 
     /// Whether the API server refused an object Helm wrote: an admission webhook or policy
-    /// denied it, or it is invalid. The same objects are refused again.
+    /// denied it, it is invalid, or (applied server-side) it does not fit its kind's schema (an
+    /// unknown field, a wrong type). The same objects are refused again.
     pub fn is_rejected(&self) -> bool {
-        const SIGNS: [&str; 3] = [" denied the request", " denied request", " is invalid: "];
+        const SIGNS: [&str; 4] = [
+            " denied the request",
+            " denied request",
+            " is invalid: ",
+            "failed to create typed patch object",
+        ];
         matches!(self, Error::Failed { message, .. } if SIGNS.iter().any(|s| message.contains(s)))
     }
 
@@ -155,8 +161,17 @@ fn template_places(message: &str) -> Vec<String> {
     places
 }
 
-/// Helm's stderr without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
+/// Helm's stderr without Helm 4's log lines (`level=WARN msg=...`, which repeat the error) and
+/// without its `Error: ` prefix, cut to [`MESSAGE_LIMIT`] bytes on a char boundary.
 pub(super) fn shorten(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| !line.starts_with("level="))
+        .collect();
+    let stderr = match lines.iter().all(|line| line.trim().is_empty()) {
+        true => stderr.to_string(),
+        false => lines.join("\n"),
+    };
     let message = stderr.trim().trim_start_matches("Error: ").trim();
     crate::api::shorten(message, MESSAGE_LIMIT)
 }

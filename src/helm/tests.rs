@@ -8,6 +8,10 @@ fn messages_lose_the_prefix_and_stay_short() {
     let short = shorten(&long);
     assert!(short.len() <= MESSAGE_LIMIT + '…'.len_utf8());
     assert!(short.ends_with('…'));
+    let helm_4 =
+        "level=WARN msg=\"upgrade failed\" name=r error=\"boom\"\nError: UPGRADE FAILED: boom\n";
+    assert_eq!(shorten(helm_4), "UPGRADE FAILED: boom");
+    assert_eq!(shorten("level=WARN msg=only\n"), "level=WARN msg=only");
 }
 
 #[test]
@@ -46,6 +50,7 @@ fn refusals_by_admission_and_validation_are_told_from_missing_permissions() {
         "configmaps \"a\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
         "admission webhook \"v.example.com\" denied the request: no",
         "Deployment.apps \"a\" is invalid: spec.template.spec.containers: Required value",
+        "server-side apply failed for object n/strange /v1, Kind=ConfigMap: failed to create typed patch object (n/strange; /v1, Kind=ConfigMap): .bogus: field not declared in schema",
     ] {
         assert!(failed(rejected).is_rejected(), "{rejected}");
     }
@@ -131,4 +136,57 @@ fn a_withheld_message_keeps_where_the_render_stopped_and_nothing_it_read() {
         timeout.withheld().to_string(),
         "helm upgrade timed out after 1s"
     );
+}
+
+/// A stand-in `helm` of `version` that writes each call's arguments, one per line, to `args`
+/// and answers an upgrade with a deployed release.
+fn recording_helm(dir: &Path, version: &str) -> PathBuf {
+    let script = dir.join("helm");
+    let args = dir.join("args");
+    let release = r#"{"name":"r","namespace":"n","version":1,"info":{"status":"deployed"}}"#;
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = version ]; then echo {version}; exit 0; fi\n\
+             printf '%s\\n' \"$@\" > {args}\necho '{release}'\n",
+            args = args.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    script
+}
+
+/// The arguments of one `upgrade_install` by a helm of `version` applying server-side or not.
+async fn upgrade_arguments(version: &str, server_side: bool) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = recording_helm(dir.path(), version);
+    let engine = Engine::locate(Some(binary), Duration::from_secs(10), Arc::default())
+        .unwrap()
+        .with_server_side(server_side);
+    let target = KubeContext::new("apiVersion: v1", "n");
+    let options = UpgradeOptions::default();
+    let chart = dir.path().join("chart.tgz");
+    let values = serde_json::json!({});
+    engine
+        .upgrade_install(&target, "r", &chart, &values, options)
+        .await
+        .expect("upgrade");
+    let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+    args.lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn helm_leaves_field_validation_to_the_server_only_when_it_applies_server_side() {
+    let skips = |args: &[String]| args.iter().any(|a| a == "--disable-openapi-validation");
+    let helm_4 = upgrade_arguments("v4.3.1+gc0d08d0", true).await;
+    assert!(skips(&helm_4), "{helm_4:?}");
+    assert!(
+        helm_4.iter().any(|a| a == "--server-side=true"),
+        "{helm_4:?}"
+    );
+    let client_side = upgrade_arguments("v4.3.1+gc0d08d0", false).await;
+    assert!(!skips(&client_side), "{client_side:?}");
+    let helm_3 = upgrade_arguments("v3.19.0+g3d8990f", true).await;
+    assert!(!skips(&helm_3), "{helm_3:?}");
 }
