@@ -127,10 +127,10 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let release = ["baseline".to_string()];
     let chart = &bed.chart;
     let value = |_: &str| values(0);
-    bed.helm_each("install", &helm_namespace, &release, chart, value)
+    bed.helm_each("install", &helm_namespace, &release, chart, value, 1)
         .await?;
     let helm_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &helm_namespace);
-    let upgrade = || bed.helm_each("upgrade", &helm_namespace, &release, chart, value);
+    let upgrade = || bed.helm_each("upgrade", &helm_namespace, &release, chart, value, 1);
     let baseline = vec![(helm_maps, "baseline-config".to_string()); DELETIONS];
     let by_hand = restore_times(&baseline, || async { upgrade().await.map(|_| ()) }).await?;
     eprintln!("baseline: {DELETIONS} deletions restored by helm upgrade");

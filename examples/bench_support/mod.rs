@@ -19,6 +19,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
@@ -350,8 +351,9 @@ impl TestBed {
         token(&self.client, namespace, name).await
     }
 
-    /// Runs `helm VERB NAME CHART --namespace NAMESPACE --values …` for each name in turn, with
-    /// `values(name)`, the admin credentials and Helm homes of its own; the total time.
+    /// Runs `helm VERB NAME CHART --namespace NAMESPACE --values …` for each name, `at_once` at
+    /// a time (1: in turn), with `values(name)`, the admin credentials and Helm homes of its
+    /// own; the total time.
     pub async fn helm_each(
         &self,
         verb: &str,
@@ -359,14 +361,20 @@ impl TestBed {
         names: &[String],
         chart: &Path,
         values: impl Fn(&str) -> Value,
+        at_once: usize,
     ) -> Result<Duration, Error> {
         let kubeconfig = PathBuf::from(env("KUBECONFIG")?);
         let chart = chart.to_str().ok_or("chart path is not UTF-8")?;
         let start = Instant::now();
-        for name in names {
-            let args = [verb, name, chart, "--namespace", namespace];
-            self.helm(&kubeconfig, &args, &values(name)).await?;
-        }
+        let (kubeconfig, values) = (&kubeconfig, &values);
+        futures::stream::iter(names)
+            .map(|name| async move {
+                let args = [verb, name, chart, "--namespace", namespace];
+                self.helm(kubeconfig, &args, &values(name)).await
+            })
+            .buffer_unordered(at_once.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
         Ok(start.elapsed())
     }
 
