@@ -13,7 +13,9 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use support::definitions::{Fixture, Installed, reason_of, run_controller_with, wait_status};
+use support::definitions::{
+    Fixture, Installed, can_i, reason_of, run_controller_with, wait_status,
+};
 
 /// A ConfigMap, a Deployment and a ClusterRole per release.
 fn chart(name: &str) -> String {
@@ -126,6 +128,13 @@ impl Running {
         object.data["status"].clone()
     }
 
+    /// The ConfigMap patches the controller made so far: drift's dry runs and corrections.
+    async fn config_map_patches(&self) -> f64 {
+        let series =
+            r#"compositor_api_requests_total{cluster="local",verb="patch",resource="configmaps","#;
+        self.app.controller.metric_sum(series).await
+    }
+
     /// Helm upgrades the controller ran so far.
     async fn upgrades(&self) -> f64 {
         let series = "compositor_helm_calls_total{verb=\"upgrade\",outcome=\"Success\"}";
@@ -148,6 +157,7 @@ async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
     })
     .await;
 
+    let patches = app.config_map_patches().await;
     app.intrude("bonjour").await;
     app.until("the edited greeting restored", || async {
         app.greeting().await.as_deref() == Some("hello")
@@ -170,6 +180,14 @@ async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
         drifted.contains("/data/greeting by intruder; restored")
     })
     .await;
+    // A look (a dry run) and the correction; the correction's own watch event is no drift, so
+    // no second look follows.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        app.config_map_patches().await - patches,
+        2.0,
+        "one dry run and one correction"
+    );
 
     let roles = Api::<ClusterRole>::all(app.fixture.client.clone());
     let role = format!("{}-drift-reader", app.app.name);
@@ -231,6 +249,70 @@ async fn deleted_and_edited_objects_come_back_without_a_new_revision() {
     );
     let history: Vec<Value> = serde_json::from_str(&history).unwrap();
     assert_eq!(history.len(), 1, "Helm's record is untouched: {history:?}");
+}
+
+#[tokio::test]
+async fn watched_across_the_cluster_one_watch_per_kind_serves_every_namespace() {
+    let fixture = Fixture::new("drift-wide").await;
+    let url = chart(&support::unique("drifty"));
+    let drift = json!({"drift": {"watch": "Cluster"}});
+    let definition = fixture.define("drifty", &url, drift).await;
+    let controller_account = definition.status.clone().unwrap().versions[0]
+        .controller
+        .clone();
+    let first = fixture
+        .ready_with_no_values(definition.clone(), "drift-wide")
+        .await;
+
+    // A second composition, in a namespace of its own.
+    let team = support::namespace(&fixture.client, "drift-wide").await;
+    let name = support::unique("drift-wide");
+    let compositions = fixture
+        .create_with_no_values(&definition, &team, &name)
+        .await;
+    let controller = &first.controller;
+    wait_status(
+        &compositions,
+        &name,
+        "Ready",
+        |s| s["phase"] == "Ready",
+        controller,
+    )
+    .await;
+
+    let maps = Api::<ConfigMap>::namespaced(fixture.client.clone(), &team);
+    let map = format!("{name}-config");
+    let params = PatchParams {
+        field_manager: Some("intruder".into()),
+        ..PatchParams::default()
+    };
+    let patch = Patch::Merge(json!({"data": {"greeting": "bonjour"}}));
+    maps.patch(&map, &params, &patch).await.unwrap();
+    let greeting = || async {
+        let data = maps.get(&map).await.unwrap().data.unwrap_or_default();
+        data.get("greeting").cloned()
+    };
+    let log = || controller.output();
+    support::installed::wait_for("the greeting restored", log, || async {
+        greeting().await.as_deref() == Some("hello")
+    })
+    .await;
+
+    // One list (and watch) of ConfigMaps for both namespaces, not one per namespace.
+    let lists =
+        r#"compositor_api_requests_total{cluster="local",verb="list",resource="configmaps","#;
+    assert_eq!(controller.metric_sum(lists).await, 1.0, "{}", log());
+    let may = |verb: &'static str, resource: &'static str| {
+        can_i(&fixture, &controller_account, verb, "", resource, None)
+    };
+    assert!(may("watch", "configmaps").await, "what Cluster grants");
+    for verb in ["list", "watch", "get"] {
+        assert!(
+            !may(verb, "secrets").await,
+            "{verb} secrets: never everywhere"
+        );
+    }
+    assert!(!may("create", "configmaps").await, "read, no more");
 }
 
 #[tokio::test]

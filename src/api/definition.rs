@@ -215,6 +215,34 @@ pub struct DriftSpec {
     /// Fields left alone, such as the replicas an autoscaler sets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore: Vec<DriftIgnore>,
+    /// How the controller watches what the releases render: per namespace (default) or
+    /// across the cluster.
+    #[serde(default, skip_serializing_if = "DriftWatch::is_default")]
+    pub watch: DriftWatch,
+}
+
+/// How the objects the releases render are watched for drift. The controller watches a kind
+/// with one watch across a cluster wherever its identity there may list and watch the kind in
+/// every namespace, else with one watch per release namespace; this says what the operator
+/// grants it on the management cluster. On a registered cluster the Secret's identity decides.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftWatch {
+    /// The controller reads only the namespaces its releases are in: one watch per kind and
+    /// release namespace, about 12 KiB each, so a thousand compositions with a namespace each
+    /// hold tens of MiB of watches.
+    #[default]
+    Namespaces,
+    /// One watch per kind, whatever the number of namespaces: the operator grants the
+    /// controller `list` and `watch` of the kinds the chart writes in every namespace, which
+    /// lets it read every object of those kinds. Never of Secrets or the other sensitive
+    /// resources, which stay watched per namespace.
+    Cluster,
+}
+
+impl DriftWatch {
+    fn is_default(&self) -> bool {
+        *self == DriftWatch::default()
+    }
 }
 
 impl DriftMode {

@@ -22,7 +22,7 @@ pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef,
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
-    DriftMode, DriftSpec, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
+    DriftMode, DriftSpec, DriftWatch, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
     PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
 };
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::GeneratedResource;
+use super::approval::SENSITIVE_RESOURCES;
 use super::footprint::Footprint;
 use super::naming::ReleasePlace;
 use super::rules::{HELM_VERBS, rule};
@@ -34,13 +35,17 @@ pub struct Permissions {
     /// The registration Secrets there that the placement selects: the controller reads and
     /// watches exactly these, by name, and no other Secret of that namespace.
     pub cluster_secrets: BTreeSet<String>,
+    /// Whether the controller watches the kinds the chart writes across the cluster, one
+    /// watch per kind for every namespace (`spec.drift.watch: Cluster`).
+    pub watch_everywhere: bool,
 }
 
 impl Permissions {
     /// The controller's own cluster-wide rules: the generated resource, the ClusterRole named
     /// `chart_role` that says what the chart's ClusterRoles may grant (read, by name), the
     /// release namespaces compositor made (delete) or that compositions ask for (read, by name),
-    /// and events.
+    /// events, and with [`Permissions::watch_everywhere`] listing and watching the kinds the
+    /// chart writes in every namespace.
     pub fn controller_cluster_rules(
         &self,
         resource: &GeneratedResource,
@@ -90,7 +95,27 @@ impl Permissions {
             verbs: vec!["create".into(), "patch".into()],
             ..PolicyRule::default()
         });
+        if self.watch_everywhere {
+            rules.extend(self.everywhere_watch_rules());
+        }
         rules
+    }
+
+    /// `list` and `watch` in every namespace of each namespaced kind the chart writes, one rule
+    /// per API group, but never of a [`SENSITIVE_RESOURCES`] resource such as Secrets: reading
+    /// every object of those would be more power than drift needs, so they stay watched per
+    /// release namespace.
+    fn everywhere_watch_rules(&self) -> Vec<PolicyRule> {
+        let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let written = self.footprint.namespaces.values().flat_map(|n| &n.kinds);
+        for kind in written.filter(|kind| !SENSITIVE_RESOURCES.contains(&kind.plural.as_str())) {
+            let resources = by_group.entry(&kind.group).or_default();
+            resources.insert(kind.plural.clone());
+        }
+        by_group
+            .into_iter()
+            .map(|(group, resources)| rule(group, resources, &["list", "watch"]))
+            .collect()
     }
 
     /// What the releases need at cluster scope, which the controller and every release

@@ -69,6 +69,7 @@ fn controller() -> Controller {
             config_maps: [("demo".to_string(), "repo-ca".to_string())].into(),
             clusters_namespace: None,
             cluster_secrets: BTreeSet::new(),
+            watch_everywhere: false,
         },
     }
 }
@@ -229,6 +230,30 @@ fn rules_are_exactly_what_helm_needs() {
             {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["repo-ca"], "verbs": ["get"]},
         ])
     );
+}
+
+#[test]
+fn watching_everywhere_lists_and_watches_the_charts_kinds_but_never_secrets() {
+    let mut controller = controller();
+    let release_namespace = controller
+        .permissions
+        .footprint
+        .namespaces
+        .get_mut(NAMESPACE);
+    let kinds = &mut release_namespace.unwrap().kinds;
+    kinds.insert(kind("", "secrets", true));
+    let own = |c: &Controller| c.permissions.controller_cluster_rules(&c.resource, "chart");
+    let without = own(&controller);
+    controller.permissions.watch_everywhere = true;
+    let with = own(&controller);
+    assert_eq!(
+        serde_json::to_value(&with[without.len()..]).unwrap(),
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
+        ])
+    );
+    assert_eq!(with[..without.len()], without[..]);
 }
 
 #[test]

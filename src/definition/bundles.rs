@@ -12,7 +12,7 @@ use super::objects::{self, ObjectKey};
 use super::permissions::Unserved;
 use super::{Context, Error, moves};
 use crate::api::{
-    ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion,
+    ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion, DriftWatch,
     NamespacePlacement, VersionFootprint,
 };
 use crate::bundle::{
@@ -258,6 +258,7 @@ fn controller_bundle(
             asked_namespaces: granted.asked_namespaces,
             secrets: referenced_secrets(definition, context)?,
             config_maps: referenced_config_maps(definition),
+            watch_everywhere: spec.drift.watch == DriftWatch::Cluster,
         },
     })
 }

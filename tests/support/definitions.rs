@@ -115,20 +115,18 @@ pub struct Installed {
 }
 
 impl Fixture {
-    /// Runs the definition's controller, creates a composition with no values in a new namespace
-    /// and waits until it is Ready.
-    pub async fn ready_with_no_values(
+    /// Creates composition `name` with no values in `namespace`, of the definition's first
+    /// version; that version's API there.
+    pub async fn create_with_no_values(
         &self,
-        definition: CompositionDefinition,
-        prefix: &str,
-    ) -> Installed {
-        let status = definition.status.unwrap();
+        definition: &CompositionDefinition,
+        namespace: &str,
+        name: &str,
+    ) -> Api<DynamicObject> {
+        let status = definition.status.clone().unwrap();
         let crd = status.crd.expect("the API is served");
         let version = &status.versions[0];
-        let (controller, cache) = run_controller(self, &version.controller).await;
-        let team = super::namespace(&self.client, prefix).await;
-        let compositions = self.compositions(&crd.kind, &crd.plural, &version.version, &team);
-        let name = super::unique(prefix);
+        let compositions = self.compositions(&crd.kind, &crd.plural, &version.version, namespace);
         let composition: DynamicObject = serde_json::from_value(json!({
             "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
             "metadata": {"name": name}, "spec": {},
@@ -138,6 +136,21 @@ impl Fixture {
             .create(&PostParams::default(), &composition)
             .await
             .expect("a composition with no values");
+        compositions
+    }
+
+    /// Runs the definition's controller, creates a composition with no values in a new namespace
+    /// and waits until it is Ready.
+    pub async fn ready_with_no_values(
+        &self,
+        definition: CompositionDefinition,
+        prefix: &str,
+    ) -> Installed {
+        let status = definition.status.clone().unwrap();
+        let (controller, cache) = run_controller(self, &status.versions[0].controller).await;
+        let team = super::namespace(&self.client, prefix).await;
+        let name = super::unique(prefix);
+        let compositions = self.create_with_no_values(&definition, &team, &name).await;
         let ready = wait_status(
             &compositions,
             &name,

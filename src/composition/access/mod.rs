@@ -17,12 +17,13 @@ mod rules;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::core::GroupVersionKind;
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::json;
 
@@ -62,15 +63,50 @@ impl std::fmt::Display for Denial {
 
 /// What the controller knows of one cluster as one identity (one value per cluster and
 /// kubeconfig revision): the resource of each kind, found by discovery and remembered, since a
-/// served kind does not change its resource or scope; and the rules of each namespace, reviewed
-/// at most once per [`rules::RULES_TTL`].
+/// served kind does not change its resource or scope; the rules of each namespace, reviewed at
+/// most once per [`rules::RULES_TTL`]; and, as often, which kinds it may watch everywhere.
 #[derive(Default)]
 pub struct Kinds {
     known: Mutex<HashMap<TypeRef, ResolvedKind>>,
     rules: RulesCache,
+    /// Whether the identity may list and watch a namespaced kind in every namespace, by
+    /// resource and group, with when the authorizer said so.
+    everywhere: Mutex<HashMap<(String, String), (Instant, bool)>>,
 }
 
 impl Kinds {
+    /// Whether this identity may list and watch the namespaced `resource` in every namespace,
+    /// as the authorizer said at most [`rules::RULES_TTL`] ago; a question it did not answer
+    /// is a no.
+    pub(in crate::composition) async fn watchable_everywhere(
+        &self,
+        client: &Client,
+        resource: &ApiResource,
+    ) -> bool {
+        let key = (resource.group.clone(), resource.plural.clone());
+        let lock = || self.everywhere.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, may)) = lock().get(&key)
+            && at.elapsed() < rules::RULES_TTL
+        {
+            return *may;
+        }
+        let kind = ResolvedKind {
+            group: key.0.clone(),
+            plural: key.1.clone(),
+            namespaced: true,
+        };
+        let asks = ["list", "watch"].map(|verb| Ask {
+            kind: kind.clone(),
+            namespace: None,
+            name: String::new(),
+            verb,
+        });
+        let answers = futures::future::join_all(asks.map(|ask| review(client, ask))).await;
+        let may = answers.iter().all(|answer| matches!(answer, Ok((_, true))));
+        lock().insert(key, (Instant::now(), may));
+        may
+    }
+
     /// The resource and scope of `kind`, by discovery the first time only.
     pub(in crate::composition) async fn resolve(
         &self,
@@ -106,9 +142,10 @@ struct Ask {
 
 impl Ask {
     /// The name the authorizer is asked about: none for `create`, which Kubernetes authorizes
-    /// before the object exists.
+    /// before the object exists, nor for an ask about every object (no name).
     fn asked_name(&self) -> Option<&str> {
-        (self.verb != "create").then_some(self.name.as_str())
+        let named = self.verb != "create" && !self.name.is_empty();
+        named.then_some(self.name.as_str())
     }
 
     fn denial(self) -> Denial {

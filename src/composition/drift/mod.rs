@@ -9,13 +9,16 @@
 //! `spec.drift` says what then happens: the same apply for real (`Correct`), no write
 //! (`Report`), or nothing at all (`Ignore`). Helm's record is never written and no revision is
 //! made; an object corrected again and again within [`CONFLICT_WINDOW`] is left as it is, as a
-//! `DriftConflict` naming the other writer.
+//! `DriftConflict` naming the other writer. The watch event of a correction's own write is no
+//! drift (`own_writes`), so a correction costs one reconcile, not two.
 
 mod connections;
 mod fields;
+mod own_writes;
+mod seen;
 mod watches;
 
-pub(super) use watches::Watches;
+pub(super) use watches::{Watched, Watches};
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -195,7 +198,7 @@ pub(super) async fn settle(
         {
             return Err(Error::DriftConflict(finding.to_string()));
         }
-        object.apply(release, live.as_ref(), false).await?;
+        object.correct(release, live.as_ref()).await?;
         settled.corrected.push(finding);
     }
     Ok(settled)
@@ -242,6 +245,29 @@ impl Object<'_> {
             paths,
         };
         Ok(Some((finding, Some(live))))
+    }
+
+    /// Applies what Helm recorded, telling the drift watches that the event of this write is
+    /// the controller's own.
+    async fn correct(
+        &self,
+        release: &TargetRelease<'_>,
+        live: Option<&Value>,
+    ) -> Result<(), Error> {
+        let watches = &release.context.drift;
+        let cluster = &release.target.cluster;
+        // A deleted object comes back with a new UID, whose first event is no change anyway.
+        let uid = live.and_then(|live| live["metadata"]["uid"].as_str());
+        if let Some(uid) = uid {
+            watches.correcting(cluster, uid);
+        }
+        let applied = self.apply(release, live, false).await;
+        if let Some(uid) = uid {
+            let written = applied.as_ref().ok();
+            let version = written.and_then(|o| o["metadata"]["resourceVersion"].as_str());
+            watches.corrected(cluster, uid, version);
+        }
+        applied.map(drop)
     }
 
     /// Applies what Helm recorded (with the ignored fields as they are live), as Helm does; a
@@ -301,7 +327,13 @@ pub(super) async fn watch(
     let mut objects = Vec::new();
     for object in resources {
         match resource_of(reach, object, &target.namespace).await {
-            Ok((resource, namespace)) => objects.push((object.clone(), resource, namespace)),
+            Ok((resource, namespace)) => {
+                let watched = match namespace {
+                    None => Watched::Object(object.name.clone()),
+                    Some(namespace) => watched(context, reach, target, &resource, namespace).await,
+                };
+                objects.push((resource, watched));
+            }
             Err(error) => {
                 let error = crate::runtime::error_message(&error);
                 tracing::debug!(object = %object.name, %error, "not watched for drift");
@@ -317,6 +349,32 @@ pub(super) async fn watch(
         .drift
         .watch(&target.cluster, &reach.config, release, key, objects)
         .await;
+}
+
+/// How an object of the namespaced `resource` in `namespace` is watched: as it is already;
+/// else across the cluster where the controller may list and watch the kind so (asked only
+/// then, so a resync asks nothing), else in its namespace.
+async fn watched(
+    context: &Context,
+    reach: &Reach,
+    target: &Target,
+    resource: &ApiResource,
+    namespace: String,
+) -> Watched {
+    if let Some(watched) = context
+        .drift
+        .watching(&target.cluster, resource, &namespace)
+    {
+        return watched;
+    }
+    match reach
+        .kinds
+        .watchable_everywhere(&reach.client, resource)
+        .await
+    {
+        true => Watched::Everywhere,
+        false => Watched::Namespace(namespace),
+    }
 }
 
 /// The objects of `resources` that are not there; a namespaced one without a namespace is

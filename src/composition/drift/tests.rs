@@ -11,7 +11,7 @@ fn a_composition_may_ask_for_less_correction_never_more() {
     };
     let spec = |mode| DriftSpec {
         mode,
-        ignore: Vec::new(),
+        ..DriftSpec::default()
     };
     let correct = spec(DriftMode::Correct);
     assert_eq!(

@@ -1,17 +1,17 @@
-//! Metadata-only watches of what the releases render, one per kind and namespace a release
-//! writes into (and one per name for a cluster-scoped object: the controller may read those
-//! only by name), on every cluster a release is on, sharing HTTP/2 connections
-//! ([`Connections`]).
+//! Metadata-only watches of what the releases render, on every cluster a release is on, sharing
+//! HTTP/2 connections ([`Connections`]): one per kind where the controller may list and watch
+//! the kind in every namespace, else one per kind and namespace a release writes into; and one
+//! per name for a cluster-scoped object, which the controller may read only by name
+//! ([`Watched`]).
 //!
 //! An object is the release's by the annotations Helm puts on what it applies. Its managed
 //! fields say who owns what: when they change apart from status writes (someone else took a
 //! field, or one was taken away), or the object is deleted, it becomes a suspect of its
 //! composition, which is reconciled. Nothing else reaches the controller: status updates, a
-//! resync of the watch, objects of no release of this controller.
+//! resync of the watch, objects of no release of this controller (`seen`); nor the event of the
+//! controller's own correction (`own_writes`).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,30 +23,39 @@ use kube::runtime::{WatchStreamExt, reflector::ObjectRef};
 use tokio::sync::{mpsc, oneshot};
 
 use super::connections::{Connections, Lease};
+use super::own_writes::OwnWrites;
+use super::seen::{Seen, Signatures};
 use crate::api::ResourceRef;
 use crate::composition::cached::Cached;
 use crate::runtime::Metrics;
 
 /// The label Helm puts on every object it applies.
 const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
-/// The annotations that name an object's release.
-const RELEASE_NAME: &str = "meta.helm.sh/release-name";
-const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
 
 /// A release on a cluster: (cluster, release namespace, release name).
 type ReleaseKey = (String, String, String);
 /// A composition: (namespace, name).
 type CompositionKey = (String, String);
 
-/// One watch: the cluster, the kind's resource, and its namespace or, cluster-scoped, its name.
+/// One watch: the cluster, the kind's resource, and where it looks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct WatchKey {
     cluster: String,
     group: String,
     version: String,
     plural: String,
-    namespace: Option<String>,
-    name: Option<String>,
+    watched: Watched,
+}
+
+/// Where one watch looks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::composition) enum Watched {
+    /// Every namespace, one watch for all releases on the cluster.
+    Everywhere,
+    /// One namespace.
+    Namespace(String),
+    /// One cluster-scoped object, by name.
+    Object(String),
 }
 
 /// The drift watches of one controller, and what they found.
@@ -72,6 +81,8 @@ struct Shared {
     suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
     /// Asks the controller to reconcile a composition.
     trigger: mpsc::UnboundedSender<CompositionKey>,
+    /// The controller's own corrections, whose events are no drift.
+    own_writes: OwnWrites<(ApiResource, Seen)>,
 }
 
 impl Watches {
@@ -82,6 +93,7 @@ impl Watches {
             releases: Mutex::default(),
             suspects: Mutex::default(),
             trigger,
+            own_writes: OwnWrites::default(),
         };
         Watches {
             shared: Arc::new(shared),
@@ -108,7 +120,7 @@ impl Watches {
     }
 
     /// Watches what the release `(namespace, release)` of `composition` on `cluster` keeps
-    /// (`objects`, each with its resource and, when namespaced, namespace), as `config` says.
+    /// (`objects`, each as its resource and where to look), as `config` says.
     /// Returns once each new watch has listed what is there (or after [`WATCH_START`]), so
     /// that whatever happens after the release is reported Ready is seen.
     pub(in crate::composition) async fn watch(
@@ -117,7 +129,7 @@ impl Watches {
         config: &Arc<kube::Config>,
         (namespace, release): (&str, &str),
         composition: CompositionKey,
-        objects: Vec<(ResourceRef, ApiResource, Option<String>)>,
+        objects: Vec<(ApiResource, Watched)>,
     ) {
         let key = (
             cluster.to_string(),
@@ -129,25 +141,50 @@ impl Watches {
         let _ = tokio::time::timeout(WATCH_START, futures::future::join_all(listed)).await;
     }
 
+    /// How a namespaced object of `resource` in `namespace` on `cluster` is watched already:
+    /// across the cluster, in its namespace, or (`None`) not yet.
+    pub(in crate::composition) fn watching(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: &str,
+    ) -> Option<Watched> {
+        let running = lock(&self.running);
+        [
+            Watched::Everywhere,
+            Watched::Namespace(namespace.to_string()),
+        ]
+        .into_iter()
+        .find(|watched| {
+            let key = WatchKey {
+                cluster: cluster.to_string(),
+                group: resource.group.clone(),
+                version: resource.version.clone(),
+                plural: resource.plural.clone(),
+                watched: watched.clone(),
+            };
+            running.get(&key).is_some_and(|w| !w.task.is_finished())
+        })
+    }
+
     /// Starts the watches that the objects of `release` need and that do not run yet; each
     /// tells when it has listed.
     fn start(
         &self,
         release: &ReleaseKey,
         config: &Arc<kube::Config>,
-        objects: Vec<(ResourceRef, ApiResource, Option<String>)>,
+        objects: Vec<(ApiResource, Watched)>,
     ) -> Vec<oneshot::Receiver<()>> {
         let mut listed = Vec::new();
         let mut running = lock(&self.running);
         let cluster = &release.0;
-        for (object, resource, namespace) in objects {
+        for (resource, watched) in objects {
             let key = WatchKey {
                 cluster: cluster.to_string(),
                 group: resource.group.clone(),
                 version: resource.version.clone(),
                 plural: resource.plural.clone(),
-                name: namespace.is_none().then(|| object.name.clone()),
-                namespace,
+                watched,
             };
             if let Some(watch) = running.get_mut(&key).filter(|w| !w.task.is_finished()) {
                 watch.releases.insert(release.clone());
@@ -189,6 +226,25 @@ impl Watches {
         });
     }
 
+    /// A correction of the object `uid` on `cluster` is about to be applied: the event of what
+    /// it writes is no drift.
+    pub(in crate::composition) fn correcting(&self, cluster: &str, uid: &str) {
+        self.shared.own_writes.begin(cluster, uid);
+    }
+
+    /// The correction of `uid` on `cluster` wrote `version` (`None`: it failed); what others
+    /// changed of the object meanwhile is told now.
+    pub(in crate::composition) fn corrected(
+        &self,
+        cluster: &str,
+        uid: &str,
+        version: Option<&str>,
+    ) {
+        for (resource, object) in self.shared.own_writes.end(cluster, uid, version) {
+            self.shared.suspect(cluster, &resource, object);
+        }
+    }
+
     /// The suspects of `composition` on `cluster`, which the caller now looks at.
     pub(in crate::composition) fn take(
         &self,
@@ -221,12 +277,14 @@ async fn run(
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &key.namespace {
-        Some(namespace) => Api::namespaced_with(lease.client.clone(), namespace, &resource),
-        None => Api::all_with(lease.client.clone(), &resource),
+    let api: Api<PartialObjectMeta<DynamicObject>> = match &key.watched {
+        Watched::Namespace(namespace) => {
+            Api::namespaced_with(lease.client.clone(), namespace, &resource)
+        }
+        Watched::Everywhere | Watched::Object(_) => Api::all_with(lease.client.clone(), &resource),
     };
     let mut config = watcher::Config::default().labels(HELM_LABEL);
-    if let Some(name) = &key.name {
+    if let Watched::Object(name) = &key.watched {
         config = config.fields(&format!("metadata.name={name}"));
     }
     let mut seen = Signatures::default();
@@ -247,7 +305,14 @@ async fn run(
             let _ = ready.send(());
         }
         for object in seen.changes(event) {
-            shared.suspect(&key.cluster, &resource, object);
+            let (uid, version) = (object.uid.clone(), object.version.clone());
+            let change = (resource.clone(), object);
+            let told = shared
+                .own_writes
+                .filter(&key.cluster, &uid, &version, change);
+            if let Some((resource, object)) = told {
+                shared.suspect(&key.cluster, &resource, object);
+            }
         }
     }
 }
@@ -276,106 +341,6 @@ impl Shared {
     }
 }
 
-/// What a watch keeps of an object: who it is, whose release, and the hash of who owns which
-/// of its fields ([`signature`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
-    name: String,
-    namespace: Option<String>,
-    /// (namespace, name) of its release, by Helm's annotations.
-    release: Option<(String, String)>,
-    signature: u64,
-}
-
-impl Seen {
-    fn of(object: &PartialObjectMeta<DynamicObject>) -> Seen {
-        let metadata = &object.metadata;
-        let annotations = metadata.annotations.as_ref();
-        let annotation = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
-        Seen {
-            name: metadata.name.clone().unwrap_or_default(),
-            namespace: metadata.namespace.clone(),
-            release: annotation(RELEASE_NAMESPACE).zip(annotation(RELEASE_NAME)),
-            signature: signature(object),
-        }
-    }
-}
-
-/// What a watch last saw of each object, by UID, so that only a change of who owns what is
-/// told: not status writes, not a new time of the same owner.
-#[derive(Default)]
-struct Signatures {
-    known: HashMap<String, Seen>,
-    /// The UIDs a relist has seen so far.
-    relisted: Option<HashSet<String>>,
-}
-
-impl Signatures {
-    /// The objects `event` shows changed (or gone) since they were last seen. A new object is
-    /// not a change; one missing from a relist is gone.
-    fn changes(&mut self, event: Event<PartialObjectMeta<DynamicObject>>) -> Vec<Seen> {
-        match event {
-            Event::Init => {
-                self.relisted = Some(HashSet::new());
-                Vec::new()
-            }
-            Event::InitApply(object) => {
-                let uid = object.metadata.uid.clone().unwrap_or_default();
-                if let Some(relisted) = &mut self.relisted {
-                    relisted.insert(uid);
-                }
-                self.applied(&object).into_iter().collect()
-            }
-            Event::InitDone => {
-                let relisted = self.relisted.take().unwrap_or_default();
-                let gone: Vec<String> = (self.known.keys())
-                    .filter(|uid| !relisted.contains(*uid))
-                    .cloned()
-                    .collect();
-                gone.iter()
-                    .filter_map(|uid| self.known.remove(uid))
-                    .collect()
-            }
-            Event::Apply(object) => self.applied(&object).into_iter().collect(),
-            Event::Delete(object) => {
-                let uid = object.metadata.uid.clone().unwrap_or_default();
-                self.known.remove(&uid);
-                vec![Seen::of(&object)]
-            }
-        }
-    }
-
-    fn applied(&mut self, object: &PartialObjectMeta<DynamicObject>) -> Option<Seen> {
-        let uid = object.metadata.uid.clone().unwrap_or_default();
-        let seen = Seen::of(object);
-        let before = self.known.insert(uid, seen.clone());
-        before
-            .is_some_and(|before| before.signature != seen.signature)
-            .then_some(seen)
-    }
-}
-
-/// Who owns which fields of `object`, apart from status writes, and whether it is being
-/// deleted.
-fn signature(object: &PartialObjectMeta<DynamicObject>) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    object
-        .metadata
-        .deletion_timestamp
-        .is_some()
-        .hash(&mut hasher);
-    for entry in object.metadata.managed_fields.iter().flatten() {
-        if entry.subresource.as_deref() == Some("status") {
-            continue;
-        }
-        entry.manager.hash(&mut hasher);
-        entry.operation.hash(&mut hasher);
-        let fields = entry.fields_v1.as_ref().map(|f| f.0.to_string());
-        fields.hash(&mut hasher);
-    }
-    hasher.finish()
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -386,75 +351,4 @@ fn receiver_stream<T: Send + 'static>(
     mut receiver: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn object(uid: &str, managers: serde_json::Value) -> PartialObjectMeta<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": format!("cm-{uid}"), "namespace": "team", "uid": uid,
-                         "managedFields": managers},
-        }))
-        .unwrap()
-    }
-
-    fn helm_only() -> serde_json::Value {
-        json!([{"manager": "helm", "operation": "Apply", "time": "2026-01-01T00:00:00Z",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}])
-    }
-
-    #[test]
-    fn only_a_change_of_who_owns_what_or_a_deletion_is_told() {
-        let mut seen = Signatures::default();
-        assert!(seen.changes(Event::Init).is_empty());
-        assert!(
-            seen.changes(Event::InitApply(object("u1", helm_only())))
-                .is_empty()
-        );
-        assert!(seen.changes(Event::InitDone).is_empty());
-
-        let mut status_written = helm_only();
-        status_written.as_array_mut().unwrap().push(json!({
-            "manager": "kubelet", "operation": "Update", "subresource": "status",
-            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}));
-        status_written[0]["time"] = json!("2026-02-02T00:00:00Z");
-        let quiet = seen.changes(Event::Apply(object("u1", status_written)));
-        assert!(
-            quiet.is_empty(),
-            "a status write or a new time is no change"
-        );
-
-        let edited = json!([
-            {"manager": "helm", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}},
-            {"manager": "kubectl-edit", "operation": "Update", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:data": {"f:k": {}}}}]);
-        assert_eq!(seen.changes(Event::Apply(object("u1", edited))).len(), 1);
-        assert!(
-            seen.changes(Event::Apply(object("u2", helm_only())))
-                .is_empty(),
-            "a new object is not a change"
-        );
-        assert_eq!(
-            seen.changes(Event::Delete(object("u2", helm_only()))).len(),
-            1
-        );
-    }
-
-    #[test]
-    fn an_object_a_relist_no_longer_shows_was_deleted() {
-        let mut seen = Signatures::default();
-        seen.changes(Event::Init);
-        seen.changes(Event::InitApply(object("u1", helm_only())));
-        seen.changes(Event::InitApply(object("u2", helm_only())));
-        seen.changes(Event::InitDone);
-        seen.changes(Event::Init);
-        seen.changes(Event::InitApply(object("u1", helm_only())));
-        let gone = seen.changes(Event::InitDone);
-        assert_eq!(gone.len(), 1);
-        assert_eq!(gone[0].name, "cm-u2");
-    }
 }
