@@ -10,7 +10,9 @@
 //!   one after the other, each timed from the delete until the ConfigMap is back (a new UID).
 //!   `BENCH_PLACEMENT=CompositionName` puts each release in a namespace of its own, as the
 //!   Tenant does: one watch per kind and namespace, so as many watches as namespaces times
-//!   kinds, where one namespace for all (the default) has one per kind.
+//!   kinds, where one namespace for all (the default) has one per kind;
+//!   `BENCH_DRIFT_WATCH=Cluster` asks for one watch per kind across the cluster instead
+//!   (`spec.drift.watch`).
 //!   Different objects: one object corrected again and again is a fight with another writer,
 //!   which compositor ends (`DriftConflict`) rather than times;
 //! - baseline: one release of the same chart and values installed with `helm install`; its
@@ -60,6 +62,11 @@ fn placement() -> String {
     std::env::var("BENCH_PLACEMENT").unwrap_or_else(|_| "Composition".to_string())
 }
 
+/// `spec.drift.watch` of the definition: `BENCH_DRIFT_WATCH`, `Namespaces` by default.
+fn drift_watch() -> String {
+    std::env::var("BENCH_DRIFT_WATCH").unwrap_or_else(|_| "Namespaces".to_string())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     bench_support::main("drift-bench", run).await
@@ -72,7 +79,7 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let operator = bed
         .operator(&namespace, &bed.scratch("operator-cache"), "operator.log")
         .await?;
-    let spec = json!({"placement": {"namespace": placement()}});
+    let spec = json!({"placement": {"namespace": placement()}, "drift": {"watch": drift_watch()}});
     bed.apply_definition_with(
         &namespace,
         DEFINITION,
@@ -188,7 +195,7 @@ async fn without_watches(
         DEFINITION,
         json!({"group": group}),
         CHART_VERSION,
-        json!({"drift": {"mode": "Ignore"}, "placement": {"namespace": placement()}}),
+        json!({"drift": {"mode": "Ignore", "watch": drift_watch()}, "placement": {"namespace": placement()}}),
     )
     .await?;
     // The controller reads the definition at start.
@@ -231,8 +238,9 @@ fn print(
     let (ours, theirs) = (Summary::of(restored), Summary::of(by_hand));
     println!(
         "\nDrift: {DELETIONS} deleted ConfigMaps, each of another release, with {count} \
-         compositions watched (placement.namespace: {})\n",
-        placement()
+         compositions watched (placement.namespace: {}, drift.watch: {})\n",
+        placement(),
+        drift_watch()
     );
     println!("| | median | max |\n|---|---|---|");
     println!(
@@ -254,8 +262,10 @@ fn print(
     );
     let added = watched.rss - unwatched.rss;
     println!(
-        "\n| controller VmRSS, {count} compositions, placement.namespace {} | MiB |\n|---|---|",
-        placement()
+        "\n| controller VmRSS, {count} compositions, placement.namespace {}, drift.watch {} | MiB \
+         |\n|---|---|",
+        placement(),
+        drift_watch()
     );
     println!("| with drift watches | {:.1} |", watched.rss);
     println!("| without (drift mode Ignore) | {:.1} |", unwatched.rss);
