@@ -55,7 +55,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::process::Command;
-use tokio::sync::Semaphore;
 
 use crate::runtime::{HelmOutcome, Metrics};
 
@@ -129,10 +128,6 @@ pub struct Engine {
     server_side: bool,
     /// Whether this helm knows `--server-side` (Helm 4), learned from its version once.
     knows_server_side: Arc<OnceLock<bool>>,
-    /// One per core this process may use: a Helm call is CPU-bound, and more of them at once
-    /// than there are cores finish no sooner and each costs more (four at once on two cores,
-    /// 10–20% more CPU per install).
-    running: Arc<Semaphore>,
 }
 
 impl Engine {
@@ -146,14 +141,12 @@ impl Engine {
             .or_else(|| std::env::var_os("HELM_BIN").map(PathBuf::from))
             .or_else(|| find_on_path("helm"))
             .ok_or(Error::NotFound)?;
-        let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
         Ok(Engine {
             binary,
             timeout,
             metrics,
             server_side: true,
             knows_server_side: Arc::new(OnceLock::new()),
-            running: Arc::new(Semaphore::new(cores)),
         })
     }
 
@@ -393,8 +386,6 @@ impl Engine {
         workspace: &Workspace,
         args: &[S],
     ) -> Result<String, Error> {
-        // Waiting for a core is not part of the call's time.
-        let _running = self.running.acquire().await.ok();
         let home = workspace.path();
         let mut command = Command::new(&self.binary);
         command

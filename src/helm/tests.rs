@@ -86,7 +86,6 @@ fn helm_gives_up_before_the_engine_kills_it() {
         metrics: Arc::default(),
         server_side: true,
         knows_server_side: Arc::default(),
-        running: Arc::new(Semaphore::new(1)),
     };
     assert_eq!(engine.helm_timeout(), "54000ms");
 }
