@@ -65,6 +65,11 @@ use crate::runtime::{HelmOutcome, Metrics};
 pub(crate) const ADDRESS_SPACE_LIMIT: u64 = 1 << 30;
 /// Where Go's collector starts working hard, well below [`ADDRESS_SPACE_LIMIT`].
 const GO_MEMORY_LIMIT: &str = "384MiB";
+/// How much a `helm` process's heap grows between collections (Go's default is 100). A call
+/// lives a fraction of a second, so most collections are wasted work: at 400, fireworks-app's
+/// install takes 5–15% less CPU for 2 MiB more at its peak, and cert-manager's render 17% less
+/// for 89 MiB at its peak instead of 68 (measured with Helm 4.3.1).
+const GO_GC_PERCENT: &str = "400";
 
 /// The cluster and namespace a call talks to.
 ///
@@ -398,6 +403,7 @@ impl Engine {
             .env("HELM_PLUGINS", home.join(PLUGINS))
             .env("KUBECONFIG", home.join("kubeconfig"))
             .env("GOMEMLIMIT", GO_MEMORY_LIMIT)
+            .env("GOGC", GO_GC_PERCENT)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
