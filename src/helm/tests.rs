@@ -168,10 +168,22 @@ async fn upgrade_arguments(version: &str, server_side: bool) -> Vec<String> {
     let options = UpgradeOptions::default();
     let chart = dir.path().join("chart.tgz");
     let values = serde_json::json!({});
-    engine
-        .upgrade_install(&target, "r", &chart, &values, options)
-        .await
-        .expect("upgrade");
+    // A script just written may be busy for a moment when another test forks meanwhile.
+    for attempt in 1.. {
+        let options = options.clone();
+        match engine
+            .upgrade_install(&target, "r", &chart, &values, options)
+            .await
+        {
+            Err(Error::Spawn { .. }) if attempt < 5 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            outcome => {
+                outcome.expect("upgrade");
+                break;
+            }
+        }
+    }
     let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
     args.lines().map(str::to_string).collect()
 }
