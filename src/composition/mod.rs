@@ -50,7 +50,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, DriftMode, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL, is_paused,
+    CompositionDefinition, DriftMode, DriftWatch, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL,
+    is_paused,
 };
 use crate::runtime::{finalized, timed};
 use inputs::TargetRelease;
@@ -308,7 +309,8 @@ async fn release_on(
     let watched = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
     if outcome.is_ok() && watched {
         let resources = writer.lock().await.resources().to_vec();
-        drift::watch(context, &reach, target, object, &resources).await;
+        let everywhere = definition.drift.watch == DriftWatch::Cluster || !reach.is_local();
+        drift::watch(context, &reach, target, object, &resources, everywhere).await;
     }
     outcome
 }

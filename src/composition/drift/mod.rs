@@ -316,13 +316,16 @@ pub(super) fn with_lines(
     Some(ClusterStatus { drifted, ..entry })
 }
 
-/// Watches what the release on `target` keeps (`resources`) for drift, through `reach`.
+/// Watches what the release on `target` keeps (`resources`) for drift, through `reach`; a
+/// namespaced kind across the cluster only when `everywhere` may be granted (the definition asks
+/// for it, or the cluster is a registered one, whose Secret's identity decides).
 pub(super) async fn watch(
     context: &Context,
     reach: &Reach,
     target: &Target,
     composition: &DynamicObject,
     resources: &[ResourceRef],
+    everywhere: bool,
 ) {
     let mut objects = Vec::new();
     for object in resources {
@@ -330,7 +333,10 @@ pub(super) async fn watch(
             Ok((resource, namespace)) => {
                 let watched = match namespace {
                     None => Watched::Object(object.name.clone()),
-                    Some(namespace) => watched(context, reach, target, &resource, namespace).await,
+                    Some(namespace) if everywhere => {
+                        watched(context, reach, target, &resource, namespace).await
+                    }
+                    Some(namespace) => Watched::Namespace(namespace),
                 };
                 objects.push((resource, watched));
             }
