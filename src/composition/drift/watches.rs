@@ -47,6 +47,18 @@ struct WatchKey {
     watched: Watched,
 }
 
+impl WatchKey {
+    fn new(cluster: &str, resource: &ApiResource, watched: Watched) -> WatchKey {
+        WatchKey {
+            cluster: cluster.to_string(),
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            watched,
+        }
+    }
+}
+
 /// Where one watch looks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(in crate::composition) enum Watched {
@@ -156,13 +168,7 @@ impl Watches {
         ]
         .into_iter()
         .find(|watched| {
-            let key = WatchKey {
-                cluster: cluster.to_string(),
-                group: resource.group.clone(),
-                version: resource.version.clone(),
-                plural: resource.plural.clone(),
-                watched: watched.clone(),
-            };
+            let key = WatchKey::new(cluster, resource, watched.clone());
             running.get(&key).is_some_and(|w| !w.task.is_finished())
         })
     }
@@ -179,13 +185,7 @@ impl Watches {
         let mut running = lock(&self.running);
         let cluster = &release.0;
         for (resource, watched) in objects {
-            let key = WatchKey {
-                cluster: cluster.to_string(),
-                group: resource.group.clone(),
-                version: resource.version.clone(),
-                plural: resource.plural.clone(),
-                watched,
-            };
+            let key = WatchKey::new(cluster, &resource, watched);
             if let Some(watch) = running.get_mut(&key).filter(|w| !w.task.is_finished()) {
                 watch.releases.insert(release.clone());
                 continue;
