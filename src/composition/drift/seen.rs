@@ -2,8 +2,9 @@
 //! change of who owns which fields (apart from status writes), or a deletion. A new object, a
 //! status write or a new time of the same owner is none.
 
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use kube::core::{DynamicObject, PartialObjectMeta};
@@ -43,11 +44,35 @@ impl Seen {
     }
 }
 
+/// An object as last seen, found by its UID. Boxed: a watch across a cluster keeps one for each
+/// object of its kind there, and its table then holds a pointer per slot.
+struct Known(Box<Seen>);
+
+impl Borrow<str> for Known {
+    fn borrow(&self) -> &str {
+        &self.0.uid
+    }
+}
+
+impl PartialEq for Known {
+    fn eq(&self, other: &Known) -> bool {
+        self.0.uid == other.0.uid
+    }
+}
+
+impl Eq for Known {}
+
+impl Hash for Known {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.uid.as_str().hash(state);
+    }
+}
+
 /// What a watch last saw of each object, by UID, so that only a change of who owns what is
 /// told: not status writes, not a new time of the same owner.
 #[derive(Default)]
 pub(super) struct Signatures {
-    known: HashMap<String, Seen>,
+    known: HashSet<Known>,
     /// The UIDs a relist has seen so far.
     relisted: Option<HashSet<String>>,
 }
@@ -70,29 +95,27 @@ impl Signatures {
             }
             Event::InitDone => {
                 let relisted = self.relisted.take().unwrap_or_default();
-                let gone: Vec<String> = (self.known.keys())
-                    .filter(|uid| !relisted.contains(*uid))
-                    .cloned()
-                    .collect();
-                gone.iter()
-                    .filter_map(|uid| self.known.remove(uid))
-                    .collect()
+                let (kept, gone): (HashSet<Known>, HashSet<Known>) =
+                    std::mem::take(&mut self.known)
+                        .into_iter()
+                        .partition(|known| relisted.contains(&known.0.uid));
+                self.known = kept;
+                gone.into_iter().map(|known| *known.0).collect()
             }
             Event::Apply(object) => self.applied(&object).into_iter().collect(),
             Event::Delete(object) => {
                 let uid = object.metadata.uid.clone().unwrap_or_default();
-                self.known.remove(&uid);
+                self.known.remove(uid.as_str());
                 vec![Seen::of(&object)]
             }
         }
     }
 
     fn applied(&mut self, object: &PartialObjectMeta<DynamicObject>) -> Option<Seen> {
-        let uid = object.metadata.uid.clone().unwrap_or_default();
         let seen = Seen::of(object);
-        let before = self.known.insert(uid, seen.clone());
+        let before = self.known.replace(Known(Box::new(seen.clone())));
         before
-            .is_some_and(|before| before.signature != seen.signature)
+            .is_some_and(|before| before.0.signature != seen.signature)
             .then_some(seen)
     }
 }

@@ -34,6 +34,9 @@ const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
 
 /// A release on a cluster: (cluster, release namespace, release name).
 type ReleaseKey = (String, String, String);
+/// A release's key, held once however many watches serve it: a watch across a cluster serves
+/// every release there.
+type SharedKey = Arc<ReleaseKey>;
 /// A composition: (namespace, name).
 type CompositionKey = (String, String);
 
@@ -82,13 +85,13 @@ pub(in crate::composition) struct Watches {
 /// A running watch and the releases it serves: it stops when the last one is forgotten.
 struct Running {
     task: tokio::task::AbortHandle,
-    releases: HashSet<ReleaseKey>,
+    releases: HashSet<SharedKey>,
 }
 
 /// What the watch tasks share with the reconciles.
 struct Shared {
     /// Whose each release is.
-    releases: Mutex<HashMap<ReleaseKey, CompositionKey>>,
+    releases: Mutex<HashMap<SharedKey, CompositionKey>>,
     /// Objects to look at, per composition and cluster.
     suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
     /// Asks the controller to reconcile a composition.
@@ -148,7 +151,15 @@ impl Watches {
             namespace.to_string(),
             release.to_string(),
         );
-        lock(&self.shared.releases).insert(key.clone(), composition);
+        let key = {
+            let mut releases = lock(&self.shared.releases);
+            let key = match releases.get_key_value(&key) {
+                Some((known, _)) => known.clone(),
+                None => Arc::new(key),
+            };
+            releases.insert(key.clone(), composition);
+            key
+        };
         let listed = self.start(&key, config, objects);
         let _ = tokio::time::timeout(WATCH_START, futures::future::join_all(listed)).await;
     }
@@ -177,7 +188,7 @@ impl Watches {
     /// tells when it has listed.
     fn start(
         &self,
-        release: &ReleaseKey,
+        release: &SharedKey,
         config: &Arc<kube::Config>,
         objects: Vec<(ApiResource, Watched)>,
     ) -> Vec<oneshot::Receiver<()>> {
@@ -264,6 +275,9 @@ impl Drop for Watches {
     }
 }
 
+/// Objects per page when a watch lists what is there.
+const LIST_PAGE: u32 = 50;
+
 /// How long a release waits for its new watches' first list.
 const WATCH_START: Duration = Duration::from_secs(5);
 
@@ -283,7 +297,11 @@ async fn run(
         }
         Watched::Everywhere | Watched::Object(_) => Api::all_with(lease.client.clone(), &resource),
     };
-    let mut config = watcher::Config::default().labels(HELM_LABEL);
+    // Small pages: a page's response, parsed managed fields and all, is held whole while it is
+    // read, and what it leaves freed between longer-lived allocations stays with the process.
+    let mut config = watcher::Config::default()
+        .labels(HELM_LABEL)
+        .page_size(LIST_PAGE);
     if let Watched::Object(name) = &key.watched {
         config = config.fields(&format!("metadata.name={name}"));
     }
