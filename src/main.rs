@@ -33,21 +33,30 @@ enum Command {
 fn main() -> ExitCode {
     // Before any thread allocates, so that every one shares the few arenas it allows.
     compositor::runtime::tune_allocator();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(run(Cli::parse())),
+    let result = match Cli::parse().command {
+        // Helm runs the relay once per install: it needs no runtime, whose start would be most
+        // of its cost.
+        Command::PostRender(args) => commands::post_render(args),
+        command => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(run(command)),
+            Err(error) => Err(format!("cannot start the runtime: {error}").into()),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("compositor: cannot start the runtime: {error}");
+            eprintln!("compositor: {error}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(cli: Cli) -> ExitCode {
+async fn run(command: Command) -> Result<(), commands::CommandError> {
     compositor::runtime::init_tls();
-    let result = match cli.command {
+    match command {
         Command::Version => {
             println!("compositor {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -57,13 +66,6 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => commands::run(*args).await,
         Command::Controller(args) => commands::controller(*args).await,
         Command::PostRender(args) => commands::post_render(args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("compositor: {error}");
-            ExitCode::FAILURE
-        }
     }
 }
 
