@@ -219,6 +219,10 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
             json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
         ),
         (
+            "watching every Secret of the cluster, as drift watches never may",
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}),
+        ),
+        (
             "a token of any ServiceAccount",
             json!({"apiGroups": [""], "resources": ["serviceaccounts/token"],
             "verbs": ["create"]}),
@@ -239,9 +243,11 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
         }));
         assert_refused_by_policy(what, dry_run_create(&roles, &role).await);
     }
+    // The Deployments rule is what `drift.watch: Cluster` grants a controller.
     let precise: ClusterRole = object(json!({
         "metadata": bundle_metadata(&own, &definition),
         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+                  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
                   {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
                    "resourceNames": ["pwn-tls"]},
                   {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
