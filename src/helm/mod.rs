@@ -70,11 +70,6 @@ const GO_MEMORY_LIMIT: &str = "384MiB";
 /// install takes 5–15% less CPU for 2 MiB more at its peak, and cert-manager's render 17% less
 /// for 89 MiB at its peak instead of 68 (measured with Helm 4.3.1).
 const GO_GC_PERCENT: &str = "400";
-/// The threads that run a `helm` process's Go code at once. A call is one request after another,
-/// and a controller runs several calls at once on few cores, where a second thread mostly spins:
-/// with 50 installs four at a time, CPU per install fell from 0.67 to 0.58 of a `helm install`'s
-/// (medians of five test beds; one at a time it made no difference).
-const GO_MAX_PROCS: &str = "1";
 
 /// The cluster and namespace a call talks to.
 ///
@@ -409,7 +404,6 @@ impl Engine {
             .env("KUBECONFIG", home.join("kubeconfig"))
             .env("GOMEMLIMIT", GO_MEMORY_LIMIT)
             .env("GOGC", GO_GC_PERCENT)
-            .env("GOMAXPROCS", GO_MAX_PROCS)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
