@@ -34,16 +34,17 @@ fn main() -> ExitCode {
     // Before any thread allocates, so that every one shares the few arenas it allows.
     compositor::runtime::tune_allocator();
     let result = match Cli::parse().command {
+        Command::Version => {
+            println!("compositor {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Command::Crds => commands::crds(),
         // Helm runs the relay once per install: it needs no runtime, whose start took 1.6 of its
         // 4.3 ms of CPU.
         Command::PostRender(args) => commands::post_render(args),
-        command => match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime.block_on(run(command)),
-            Err(error) => Err(format!("cannot start the runtime: {error}").into()),
-        },
+        Command::Crd(args) => in_runtime(commands::crd(*args)),
+        Command::Run(args) => in_runtime(commands::run(*args)),
+        Command::Controller(args) => in_runtime(commands::controller(*args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,19 +55,16 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<(), commands::CommandError> {
+/// Runs `command` to its end on a Tokio runtime, with TLS set up.
+fn in_runtime(
+    command: impl Future<Output = Result<(), commands::CommandError>>,
+) -> Result<(), commands::CommandError> {
     compositor::runtime::init_tls();
-    match command {
-        Command::Version => {
-            println!("compositor {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
-        Command::Crds => commands::crds(),
-        Command::Crd(args) => commands::crd(*args).await,
-        Command::Run(args) => commands::run(*args).await,
-        Command::Controller(args) => commands::controller(*args).await,
-        Command::PostRender(args) => commands::post_render(args),
-    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}"))?
+        .block_on(command)
 }
 
 #[cfg(test)]
