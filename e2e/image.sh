@@ -19,8 +19,8 @@ version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts
 target=${CARGO_TARGET_DIR:-$ROOT/target}
 archive=${IMAGE_ARCHIVE:-$target/image/compositor-$version.tar}
 name=${IMAGE_NAME:-localhost/compositor:$version}
-helm=${HELM_BIN:-$TOOLS_BIN/helm}
-[ -x "$helm" ] || { echo "no helm at $helm: run e2e/install-deps.sh" >&2; exit 1; }
+engine=${HELM_ENGINE:-$(helm_engine_bin)}
+[ -x "$engine" ] || { echo "no helm-engine at $engine: run e2e/install-deps.sh" >&2; exit 1; }
 
 bin=${COMPOSITOR_BIN:-}
 if [ -z "$bin" ]; then
@@ -31,7 +31,7 @@ fi
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
 install -D -m 0755 "$bin" "$rootfs/usr/local/bin/compositor"
-install -D -m 0755 "$helm" "$rootfs/usr/local/bin/helm"
+install -D -m 0755 "$engine" "$rootfs/usr/local/bin/helm-engine"
 # The shared libraries and the loader, each at the path the binary resolves it to.
 for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
   install -D -m 0755 "$(readlink -f "$lib")" "$rootfs$lib"
@@ -51,5 +51,5 @@ python3 "$ROOT/e2e/ociarchive.py" --rootfs "$rootfs" --name "$name" --out "$arch
   --entrypoint '["compositor"]' --user 65532:65532 --workdir /home/nonroot --expose 8080/tcp \
   --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-  --env HOME=/tmp --env TMPDIR=/tmp --env HELM_BIN=/usr/local/bin/helm
+  --env HOME=/tmp --env TMPDIR=/tmp --env HELM_ENGINE=/usr/local/bin/helm-engine
 echo "$archive"

@@ -118,7 +118,24 @@ control_plane() {
   rm -rf "$work"
 }
 
+# The resident Helm engine (helm-engine/), linked with the Helm release the image ships.
+helm_engine() {
+  local out; out=$(helm_engine_bin)
+  if [ -x "$out" ]; then log "helm-engine cached in $out"; return; fi
+  command -v go >/dev/null || { echo "building helm-engine needs Go 1.26 or newer on PATH" >&2; exit 1; }
+  local work; work=$(mktemp -d)
+  cp -r "$ROOT/helm-engine/." "$work/"
+  # `helm version` names the Helm release it links, as the helm binary does.
+  local helm_version; helm_version=$(sed -n 's#^require helm.sh/helm/v4 \(v[0-9.]*\)$#\1#p' "$work/go.mod")
+  log "building helm-engine (Helm $helm_version) with $(go env GOVERSION)"
+  LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$helm_version" go_build "$work" "$work/bin" .
+  mkdir -p "$(dirname "$out")"
+  mv "$work/bin/helm-engine" "$out.tmp" && mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
 timed apt_packages
 timed helm_kubectl
 timed control_plane
-log "ready: helm $("$TOOLS_BIN/helm" version --short 2>/dev/null), control plane in $(control_plane_dir)"
+timed helm_engine
+log "ready: helm $("$TOOLS_BIN/helm" version --short 2>/dev/null), helm-engine $(helm_engine_bin), control plane in $(control_plane_dir)"

@@ -502,6 +502,7 @@ up() {
   cat >"$DIR/env" <<ENV
 export TESTBED_DIR=$DIR
 export HELM_BIN=$TOOLS/helm
+export HELM_ENGINE=$(helm_engine_bin)
 export KUBECTL_BIN=$TOOLS/kubectl
 export HELM_CONFIG_HOME=$HELM_CONFIG_HOME
 export HELM_CACHE_HOME=$HELM_CACHE_HOME

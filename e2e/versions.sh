@@ -17,3 +17,13 @@ control_plane_dir() {
   go_version=$(go env GOVERSION 2>/dev/null) || go_version=no-go
   echo "$CACHE_DIR/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$go_version"
 }
+
+# helm_engine_bin: where the resident Helm engine built from helm-engine/ is cached; a change of
+# its source or of the Go that builds it is a new entry.
+helm_engine_bin() {
+  local root key
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  key=$( (cat "$root"/helm-engine/go.mod "$root"/helm-engine/go.sum "$root"/helm-engine/*.go; go env GOVERSION 2>/dev/null) \
+    | sha256sum | cut -c1-16)
+  echo "$CACHE_DIR/helm-engine/$key/helm-engine"
+}

@@ -258,19 +258,20 @@ impl Figures {
             self.records
         );
         println!(
-            "| controller VmRSS after the apply | {:.1} MiB |",
-            apply.rss
+            "| controller VmRSS after the apply | {:.1} MiB; its Helm engine {:.1} MiB |",
+            apply.memory.rss, apply.memory.engine
         );
         let (controller, (operator_idle, operator)) = (self.memory, self.operator_memory);
         println!(
             "| controller VmRSS / VmHWM at the end{} | {:.1} MiB / {:.1} MiB{} (code and other \
-             files {:.1}, heap and stacks {:.1}) |",
+             files {:.1}, heap and stacks {:.1}); its Helm engine {:.1} MiB |",
             memory_goal(count, CONTROLLER_MEMORY_GOAL),
             controller.rss,
             controller.hwm,
             memory_met(count, controller.hwm, CONTROLLER_MEMORY_GOAL),
             controller.file,
-            controller.anon
+            controller.anon,
+            controller.engine
         );
         println!(
             "| operator VmRSS idle, with its definition Ready | {:.1} MiB |",
@@ -411,7 +412,7 @@ struct Apply {
     requests: Counts,
     /// The operator's API requests during the apply.
     operator_requests: Counts,
-    rss: f64,
+    memory: Memory,
 }
 
 /// CPU seconds the apply took.
@@ -468,7 +469,7 @@ async fn create_all(
             &api_requests(&operator_before),
             &api_requests(&operator_after),
         ),
-        rss: controller.memory()?.rss,
+        memory: controller.memory()?,
     })
 }
 

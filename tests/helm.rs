@@ -14,7 +14,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use serde_json::{Value, json};
 
+/// The resident engine, as the controllers run it.
 fn engine(metrics: &Arc<Metrics>) -> Engine {
+    Engine::resident(
+        support::env("HELM_ENGINE").into(),
+        Duration::from_secs(60),
+        metrics.clone(),
+    )
+}
+
+/// A `helm` process per call.
+fn helm_processes(metrics: &Arc<Metrics>) -> Engine {
     Engine::locate(
         Some(support::env("HELM_BIN").into()),
         Duration::from_secs(60),
@@ -47,11 +57,17 @@ async fn template_renders_a_chart_offline_and_is_counted() {
 }
 
 #[tokio::test]
-async fn a_failing_call_reports_helms_own_words() {
+async fn a_failing_call_reports_helms_own_words_from_the_engine_and_from_a_helm_process() {
+    for runner in [engine, helm_processes] {
+        a_failing_call_reports_helms_own_words(runner).await;
+    }
+}
+
+async fn a_failing_call_reports_helms_own_words(runner: fn(&Arc<Metrics>) -> Engine) {
     let metrics = Arc::new(Metrics::default());
     let chart = support::packaged_chart("fireworks-app", "1.1.5");
     // The chart's schema requires git.repository to match ^[a-z0-9-]+$.
-    let error = engine(&metrics)
+    let error = runner(&metrics)
         .template(
             &chart,
             "demo",
@@ -332,6 +348,34 @@ async fn a_wrong_token_fails_without_showing_it() {
             "{message}"
         );
     }
+    // The resident engine, still running, was never handed the token but in the kubeconfig file.
+    let engines = running_engines();
+    assert!(!engines.is_empty(), "a resident engine runs");
+    for pid in engines {
+        for what in ["cmdline", "environ"] {
+            let content = std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&content).contains(&token),
+                "the token in the engine's {what}"
+            );
+        }
+    }
+}
+
+/// The PIDs of the resident engines this test process runs.
+fn running_engines() -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_string));
+            stat.contains("(helm-engine)") && parent.as_deref() == Some(me.as_str())
+        })
+        .collect()
 }
 
 /// A `helm` that records its arguments, environment and kubeconfig mode, then runs the real one.

@@ -526,6 +526,8 @@ pub struct Memory {
     pub anon: f64,
     /// RssFile: of `rss`, mapped files, above all the binary's own code.
     pub file: f64,
+    /// VmRSS of its running children: the resident Helm engine, while it runs.
+    pub engine: f64,
 }
 
 /// A compositor process with its output in a log file; stopped when dropped.
@@ -627,15 +629,24 @@ impl Process {
 
     /// CPU seconds the process and the children it has waited for (its Helm processes) used.
     pub fn cpu(&self) -> Result<f64, Error> {
-        cpu_seconds(&self.child.id().to_string())
+        let (itself, children) = self.cpu_split()?;
+        Ok(itself + children)
     }
 
-    /// CPU seconds the process used itself, and those its waited-for children (its Helm
-    /// processes, with theirs) used.
+    /// CPU seconds the process used itself, and those its children used: the finished ones
+    /// (Helm processes, with theirs) and the running ones (the resident Helm engine, with the
+    /// post-renderers it ran).
     pub fn cpu_split(&self) -> Result<(f64, f64), Error> {
         let pid = self.child.id().to_string();
         // utime and stime; cutime and cstime.
-        Ok((stat_seconds(&pid, 14..16)?, stat_seconds(&pid, 16..18)?))
+        let running = running_children(&pid)
+            .iter()
+            .map(|child| cpu_seconds(child))
+            .sum::<Result<f64, _>>()?;
+        Ok((
+            stat_seconds(&pid, 14..16)?,
+            stat_seconds(&pid, 16..18)? + running,
+        ))
     }
 
     /// The process's resident memory, from `/proc`.
@@ -650,7 +661,19 @@ impl Process {
                 .ok_or_else(|| format!("no {field} in {path}"))?;
             Ok(kib / 1024.0)
         };
+        let engine = running_children(&self.child.id().to_string())
+            .iter()
+            .filter_map(|child| std::fs::read_to_string(format!("/proc/{child}/status")).ok())
+            .filter_map(|status| {
+                let kib = status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("VmRSS:"))?;
+                kib.trim().strip_suffix("kB")?.trim().parse::<f64>().ok()
+            })
+            .sum::<f64>()
+            / 1024.0;
         Ok(Memory {
+            engine,
             rss: mib("VmRSS:")?,
             hwm: mib("VmHWM:")?,
             anon: mib("RssAnon:")?,
@@ -867,6 +890,25 @@ const CLOCK_TICKS: f64 = 100.0;
 pub fn cpu_seconds(pid: &str) -> Result<f64, Error> {
     // utime, stime, cutime and cstime.
     stat_seconds(pid, 14..18)
+}
+
+/// The processes whose parent is `pid`.
+fn running_children(pid: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|child| {
+            // The parent's PID is field 4, the second after the command name.
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(|ppid| ppid == pid))
+                    .unwrap_or(false)
+            })
+        })
+        .collect()
 }
 
 /// The sum of fields `fields` (numbered as in stat(5), from 1) of `/proc/PID/stat`, clock ticks

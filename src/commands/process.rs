@@ -20,9 +20,13 @@ use crate::runtime::{
 /// Flags of both roles (`compositor run` and `compositor controller`).
 #[derive(Args, Debug)]
 pub struct ProcessArgs {
-    /// The helm binary (default: HELM_BIN, then PATH).
+    /// The helm binary (default: HELM_BIN, then PATH), run once per call.
     #[arg(long)]
     pub helm: Option<PathBuf>,
+    /// The resident Helm engine (`helm-engine`), which serves every call in one process and
+    /// stops when idle; when set, it is used instead of `helm`.
+    #[arg(long, env = "HELM_ENGINE")]
+    pub helm_engine: Option<PathBuf>,
     /// Seconds one helm call may take.
     #[arg(long, env = "COMPOSITOR_HELM_TIMEOUT_SECONDS", default_value_t = 300)]
     pub helm_timeout_seconds: u64,
@@ -77,12 +81,12 @@ impl ProcessArgs {
         runtime::init_logging(self.log_format, self.debug);
         runtime::spawn_trimming();
         let metrics = Arc::new(Metrics::default());
-        let engine = helm::Engine::locate(
-            self.helm.clone(),
-            Duration::from_secs(self.helm_timeout_seconds),
-            metrics.clone(),
-        )
-        .map_err(context("finding helm"))?;
+        let timeout = Duration::from_secs(self.helm_timeout_seconds);
+        let engine = match self.helm_engine.clone() {
+            Some(helm_engine) => helm::Engine::resident(helm_engine, timeout, metrics.clone()),
+            None => helm::Engine::locate(self.helm.clone(), timeout, metrics.clone())
+                .map_err(context("finding helm"))?,
+        };
         let kube_config = kube::Config::infer()
             .await
             .map_err(context("reading the Kubernetes configuration"))?;

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use super::ADDRESS_SPACE_LIMIT;
-
 /// Longest part of Helm's stderr kept in an error message.
 pub(super) const MESSAGE_LIMIT: usize = 1024;
 
@@ -38,11 +36,16 @@ pub enum Error {
         /// Helm's own words.
         message: String,
     },
-    /// Helm ran out of the memory a call may take ([`ADDRESS_SPACE_LIMIT`]).
-    #[error("helm {verb} ran out of memory: it may take at most {} MiB of address space, which the chart's render with these values exceeds", ADDRESS_SPACE_LIMIT >> 20)]
+    /// Helm ran out of the memory a call may take ([`super::ADDRESS_SPACE_LIMIT`] of address
+    /// space for a process, [`super::ENGINE_DATA_LIMIT`] of data for a resident engine).
+    #[error(
+        "helm {verb} ran out of memory: the chart's render with these values needs more than the {limit_mib} MiB a Helm call may take"
+    )]
     OutOfMemory {
         /// The helm subcommand.
         verb: &'static str,
+        /// The limit it reached, in MiB.
+        limit_mib: u64,
     },
     /// Helm succeeded but printed something other than the JSON it documents.
     #[error("helm {verb} printed unexpected output")]
@@ -53,6 +56,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// Whether Go's runtime stopped its process for want of memory: past its address space or
+/// past its data limit.
+pub(super) fn ran_out_of_memory(stderr: &str) -> bool {
+    stderr.contains("fatal error: out of memory")
+        || stderr.contains("fatal error: runtime: cannot allocate memory")
 }
 
 impl Error {

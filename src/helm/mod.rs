@@ -1,4 +1,7 @@
-//! The Helm engine: every call to the `helm` CLI goes through here.
+//! The Helm engine: every Helm call goes through here, run by Helm's own command line, either in
+//! a resident `helm-engine` process that serves call after call ([`Engine::resident`], see
+//! `resident.rs`) or in a `helm` process of its own ([`Engine::locate`]), with the same arguments
+//! and environment either way.
 //!
 //! compositor downloads and verifies charts itself and hands Helm a local `.tgz`, a values file
 //! and, for calls that touch a cluster, a kubeconfig file — all in a private temporary directory
@@ -29,7 +32,9 @@
 mod error;
 mod manifest;
 mod post_render;
+mod process;
 mod release;
+mod resident;
 mod storage;
 mod workspace;
 
@@ -47,14 +52,13 @@ pub use storage::{Record, RecordError, latest_record, recorded_manifest};
 use error::shorten;
 use workspace::{Args, PLUGINS, Workspace, post_renderer_args};
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use resident::Resident;
 use serde_json::Value;
-use tokio::process::Command;
 
 use crate::runtime::{HelmOutcome, Metrics};
 
@@ -70,6 +74,23 @@ const GO_MEMORY_LIMIT: &str = "384MiB";
 /// install takes 5–15% less CPU for 2 MiB more at its peak, and cert-manager's render 17% less
 /// for 89 MiB at its peak instead of 68 (measured with Helm 4.3.1).
 const GO_GC_PERCENT: &str = "400";
+/// Go's settings for a Helm process, which it reads as it starts.
+const GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", GO_MEMORY_LIMIT), ("GOGC", GO_GC_PERCENT)];
+/// The memory a resident engine may write (`RLIMIT_DATA`: heap and stacks, not the address
+/// space Go reserves, which a long-lived process fills more of). An engine idles at about
+/// 90 MiB resident, and cert-manager's render fits in 192 MiB of data; a render that values blow
+/// up stops its engine instead, so that [`ENGINES`] engines and the controller stay within the
+/// pod's 512 MiB.
+const ENGINE_DATA_LIMIT: u64 = 192 << 20;
+/// Go's settings for the resident engine: its collector works hard well below
+/// [`ENGINE_DATA_LIMIT`].
+const ENGINE_GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", "144MiB"), ("GOGC", GO_GC_PERCENT)];
+/// How long a resident engine waits for a call before it stops.
+const ENGINE_IDLE: Duration = Duration::from_secs(20);
+/// Resident engines that serve calls at once. A call is mostly requests to the API server, so a
+/// second engine overlaps one call's waits with another's work; each engine takes about
+/// 100 MiB while it runs.
+const ENGINES: usize = 2;
 
 /// The cluster and namespace a call talks to.
 ///
@@ -124,10 +145,10 @@ pub struct UpgradeOptions {
 /// Revisions Helm keeps per release; older ones are pruned.
 const HISTORY_MAX: &str = "10";
 
-/// Runs `helm` with private state for each call, counting every call in the metrics.
+/// Runs Helm calls with private state for each, counting every call in the metrics.
 #[derive(Clone)]
 pub struct Engine {
-    binary: PathBuf,
+    runner: Runner,
     timeout: Duration,
     metrics: Arc<Metrics>,
     server_side: bool,
@@ -135,8 +156,25 @@ pub struct Engine {
     knows_server_side: Arc<OnceLock<bool>>,
 }
 
+/// What runs a call.
+#[derive(Clone)]
+enum Runner {
+    /// A `helm` process per call.
+    Process(PathBuf),
+    /// One resident `helm-engine`, call after call.
+    Resident(Arc<Resident>),
+}
+
+/// What a call left: whether it succeeded, and what it printed.
+struct Output {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
 impl Engine {
-    /// Finds helm: `explicit` (the `--helm` flag), else `HELM_BIN`, else `helm` on `PATH`.
+    /// Finds helm: `explicit` (the `--helm` flag), else `HELM_BIN`, else `helm` on `PATH`; each
+    /// call is a `helm` process.
     pub fn locate(
         explicit: Option<PathBuf>,
         timeout: Duration,
@@ -144,15 +182,30 @@ impl Engine {
     ) -> Result<Self, Error> {
         let binary = explicit
             .or_else(|| std::env::var_os("HELM_BIN").map(PathBuf::from))
-            .or_else(|| find_on_path("helm"))
+            .or_else(|| process::find_on_path("helm"))
             .ok_or(Error::NotFound)?;
-        Ok(Engine {
-            binary,
+        Ok(Engine::with_runner(
+            Runner::Process(binary),
+            timeout,
+            metrics,
+        ))
+    }
+
+    /// Calls served by the resident engine `helm_engine` (see `helm-engine/`), started with the
+    /// first call and stopped when idle.
+    pub fn resident(helm_engine: PathBuf, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        let resident = Resident::new(helm_engine, ENGINES, ENGINE_IDLE);
+        Engine::with_runner(Runner::Resident(resident), timeout, metrics)
+    }
+
+    fn with_runner(runner: Runner, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        Engine {
+            runner,
             timeout,
             metrics,
             server_side: true,
             knows_server_side: Arc::new(OnceLock::new()),
-        })
+        }
     }
 
     /// Whether installs, upgrades and rollbacks apply objects server-side (the default, and
@@ -392,60 +445,35 @@ impl Engine {
         args: &[S],
     ) -> Result<String, Error> {
         let home = workspace.path();
-        let mut command = Command::new(&self.binary);
-        command
-            .args(args)
-            .env_clear()
-            .env("HOME", home)
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env("HELM_PLUGINS", home.join(PLUGINS))
-            .env("KUBECONFIG", home.join("kubeconfig"))
-            .env("GOMEMLIMIT", GO_MEMORY_LIMIT)
-            .env("GOGC", GO_GC_PERCENT)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        limit_address_space(&mut command);
-        let child = command
-            .spawn()
-            .map_err(|source| Error::Spawn { verb, source })?;
-        let output = tokio::time::timeout(self.timeout, child.wait_with_output())
-            .await
-            .map_err(|_| Error::Timeout {
-                verb,
-                timeout: self.timeout,
-            })?
-            .map_err(|source| Error::Spawn { verb, source })?;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else if stderr.contains("fatal error: out of memory") {
-            Err(Error::OutOfMemory { verb })
+        let env: [(&'static str, OsString); 6] = [
+            ("HOME", home.into()),
+            ("HELM_CONFIG_HOME", home.join("config").into()),
+            ("HELM_CACHE_HOME", home.join("cache").into()),
+            ("HELM_DATA_HOME", home.join("data").into()),
+            ("HELM_PLUGINS", home.join(PLUGINS).into()),
+            ("KUBECONFIG", home.join("kubeconfig").into()),
+        ];
+        let args: Vec<OsString> = args.iter().map(|arg| arg.as_ref().into()).collect();
+        let output = match &self.runner {
+            Runner::Process(binary) => {
+                let go = GO_RUNTIME.map(|(name, value)| (name, value.into()));
+                let env = [&env[..], &go[..]].concat();
+                process::run(binary, verb, &args, &env, self.timeout).await?
+            }
+            Runner::Resident(resident) => resident.run(verb, &args, &env, self.timeout).await?,
+        };
+        if output.success {
+            Ok(output.stdout)
+        } else if error::ran_out_of_memory(&output.stderr) {
+            // A helm process's; a resident engine that runs out ends, which `resident` tells.
+            let limit_mib = ADDRESS_SPACE_LIMIT >> 20;
+            Err(Error::OutOfMemory { verb, limit_mib })
         } else {
             Err(Error::Failed {
                 verb,
-                message: shorten(&stderr),
+                message: shorten(&output.stderr),
             })
         }
-    }
-}
-
-/// Gives the child process at most [`ADDRESS_SPACE_LIMIT`] of address space.
-fn limit_address_space(command: &mut Command) {
-    let limit = libc::rlimit {
-        rlim_cur: ADDRESS_SPACE_LIMIT,
-        rlim_max: ADDRESS_SPACE_LIMIT,
-    };
-    // SAFETY: between fork and exec the closure only calls setrlimit, which is
-    // async-signal-safe, and reads its own copy of `limit`.
-    unsafe {
-        command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-            0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
-        });
     }
 }
 
@@ -459,14 +487,6 @@ fn knows_server_side(version: &str) -> bool {
         .next()
         .and_then(|major| major.parse::<u64>().ok())
         .is_none_or(|major| major >= 4)
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
 }
 
 #[cfg(test)]

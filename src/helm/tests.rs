@@ -80,13 +80,11 @@ fn a_missing_release_is_recognised_in_every_form() {
 
 #[test]
 fn helm_gives_up_before_the_engine_kills_it() {
-    let engine = Engine {
-        binary: "helm".into(),
-        timeout: Duration::from_secs(60),
-        metrics: Arc::default(),
-        server_side: true,
-        knows_server_side: Arc::default(),
-    };
+    let engine = Engine::with_runner(
+        Runner::Process("helm".into()),
+        Duration::from_secs(60),
+        Arc::default(),
+    );
     assert_eq!(engine.helm_timeout(), "54000ms");
 }
 

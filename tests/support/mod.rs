@@ -228,10 +228,17 @@ impl Process {
         use std::os::unix::process::CommandExt;
         let log = std::env::temp_dir().join(format!("{}.log", unique(name)));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_compositor"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_compositor"));
+        command
             .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("HELM_BIN", env("HELM_BIN"))
+            .env("HELM_ENGINE", env("HELM_ENGINE"));
+        // A test that brings its own helm means that helm to run every call.
+        if vars.iter().any(|(name, _)| *name == "HELM_BIN") {
+            command.env_remove("HELM_ENGINE");
+        }
+        let child = command
             .envs(vars.iter().copied())
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)
