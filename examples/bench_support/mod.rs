@@ -670,7 +670,7 @@ impl Process {
                     .find_map(|line| line.strip_prefix("VmRSS:"))?;
                 kib.trim().strip_suffix("kB")?.trim().parse::<f64>().ok()
             })
-            .sum::<f64>()
+            .fold(0.0, |total, kib| total + kib)
             / 1024.0;
         Ok(Memory {
             engine,
