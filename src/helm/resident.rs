@@ -7,9 +7,9 @@
 //! registering client-go's types, building a client and its TLS connection. The engine pays that
 //! once and keeps its connections, so an install costs Helm's own work. An engine is started
 //! when a call finds none free and stopped after [`Resident`]'s idle time without one, so an
-//! idle controller runs no engine and holds none of its memory. A call that times out, or whose caller gives up,
-//! leaves the engine mid-call: it is stopped, as a `helm` process would be killed, and the next
-//! call starts a new one.
+//! idle controller runs no engine and holds none of its memory. A call that times out, or whose
+//! caller gives up, stops its engine at once, as a `helm` process would be killed; the next call
+//! starts a new one.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -27,6 +27,35 @@ use super::{ENGINE_DATA_LIMIT, ENGINE_GO_RUNTIME, Error, Output};
 
 /// Lines of the engine's own standard error kept to explain its end.
 const STDERR_LINES: usize = 20;
+
+/// What the engine printed by itself, kept to explain its end: its last lines, or, once Go's
+/// runtime reports a crash (`fatal error: …`, `panic: …`, then a dump of every goroutine), the
+/// first lines of that report.
+#[derive(Default)]
+struct Tail {
+    lines: VecDeque<String>,
+    crashed: bool,
+}
+
+impl Tail {
+    fn push(&mut self, line: String) {
+        if !self.crashed && (line.starts_with("fatal error:") || line.starts_with("panic:")) {
+            self.crashed = true;
+            self.lines.clear();
+        }
+        if self.lines.len() == STDERR_LINES {
+            if self.crashed {
+                return;
+            }
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    fn text(&self) -> String {
+        Vec::from(self.lines.clone()).join("\n")
+    }
+}
 
 /// Engines, each started when needed.
 pub(super) struct Resident {
@@ -48,7 +77,7 @@ struct Running {
     child: Child,
     requests: ChildStdin,
     replies: Lines<BufReader<ChildStdout>>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: Arc<Mutex<Tail>>,
     stderr_task: tokio::task::JoinHandle<()>,
     /// A request was sent and its reply not read: the call was cut short.
     mid_call: bool,
@@ -104,10 +133,8 @@ impl Resident {
             .acquire()
             .await
             .expect("the semaphore is never closed");
-        let (index, mut slot) = self.free_slot().await;
-        if slot.engine.as_ref().is_some_and(|engine| engine.mid_call) {
-            slot.engine = None;
-        }
+        let (index, slot) = self.free_slot().await;
+        let mut slot = Held(slot);
         if slot.engine.is_none() {
             slot.engine = Some(self.start(verb)?);
             slot.generation += 1;
@@ -165,7 +192,7 @@ impl Resident {
         else {
             unreachable!("all three are piped");
         };
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail = Arc::new(Mutex::new(Tail::default()));
         Ok(Running {
             child,
             requests,
@@ -175,6 +202,32 @@ impl Resident {
             mid_call: false,
             last_call: Instant::now(),
         })
+    }
+}
+
+/// A slot held for one call. A call cut short (timed out, or its caller gone) leaves its engine
+/// mid-call: it is stopped when the slot is let go, as a `helm` process would be killed.
+struct Held<'a>(tokio::sync::MutexGuard<'a, Slot>);
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.0
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.0.engine.as_ref().is_some_and(|engine| engine.mid_call) {
+            self.0.engine = None;
+        }
     }
 }
 
@@ -199,11 +252,7 @@ impl Running {
         let status = self.child.wait().await;
         // Its standard error closes as it exits.
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
-        let stderr = lock(&self.stderr)
-            .iter()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n");
+        let stderr = lock(&self.stderr).text();
         if ran_out_of_memory(&stderr) {
             let limit_mib = ENGINE_DATA_LIMIT >> 20;
             return Error::OutOfMemory { verb, limit_mib };
@@ -285,16 +334,12 @@ async fn stop_when_idle(resident: Weak<Resident>, index: usize, generation: u64)
     }
 }
 
-/// Keeps the last lines the engine printed by itself, and logs them.
-async fn keep_stderr(stderr: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+/// Keeps what the engine prints by itself ([`Tail`]), and logs it.
+async fn keep_stderr(stderr: ChildStderr, tail: Arc<Mutex<Tail>>) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::debug!(%line, "the Helm engine printed");
-        let mut tail = lock(&tail);
-        if tail.len() == STDERR_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(line);
+        lock(&tail).push(line);
     }
 }
 
@@ -316,7 +361,7 @@ mod tests {
             &script,
             "#!/bin/sh\nwhile IFS= read -r line; do\n  case \"$line\" in\n    \
              *'\"hang\"'*) sleep 30 ;;\n    \
-             *'\"die\"'*) echo 'fatal error: out of memory' >&2; exit 2 ;;\n  esac\n  \
+             *'\"die\"'*) echo 'fatal error: runtime: cannot allocate memory' >&2; seq 100 >&2; exit 2 ;;\n  esac\n  \
              printf '{\"code\":0,\"stdout\":\"%s\",\"stderr\":\"\"}\\n' $$\ndone\n",
         )
         .unwrap();
@@ -344,6 +389,25 @@ mod tests {
         unreachable!()
     }
 
+    #[test]
+    fn a_crash_is_told_by_its_first_lines_and_anything_else_by_the_last() {
+        let mut tail = Tail::default();
+        for n in 0..30 {
+            tail.push(format!("warning {n}"));
+        }
+        assert!(tail.text().starts_with("warning 10\n"), "{}", tail.text());
+        tail.push("fatal error: runtime: cannot allocate memory".into());
+        for n in 0..30 {
+            tail.push(format!("goroutine {n}"));
+        }
+        let text = tail.text();
+        assert!(text.starts_with("fatal error: runtime: cannot allocate memory\ngoroutine 0\n"));
+        assert!(
+            ran_out_of_memory(&text) && !text.contains("goroutine 19"),
+            "{text}"
+        );
+    }
+
     #[tokio::test]
     async fn calls_share_one_engine_until_it_is_idle_then_a_new_one_starts() {
         let dir = tempfile::tempdir().unwrap();
@@ -359,12 +423,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_call_that_times_out_stops_its_engine_and_the_next_call_starts_a_new_one() {
+    async fn a_call_that_times_out_stops_its_engine_at_once_and_the_next_call_starts_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
         let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60));
         let first = call(&resident, "a").await.unwrap();
         let error = call(&resident, "hang").await.unwrap_err();
         assert!(matches!(error, Error::Timeout { .. }), "{error}");
+        assert!(
+            resident.slots[0].lock().await.engine.is_none(),
+            "stopped at once"
+        );
         assert_ne!(call(&resident, "b").await.unwrap(), first);
     }
 
