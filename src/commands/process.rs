@@ -20,11 +20,12 @@ use crate::runtime::{
 /// Flags of both roles (`compositor run` and `compositor controller`).
 #[derive(Args, Debug)]
 pub struct ProcessArgs {
-    /// The helm binary (default: HELM_BIN, then PATH), run once per call.
+    /// The helm binary, run once per call; when given, it is used rather than the resident
+    /// engine (default, without an engine: HELM_BIN, then PATH).
     #[arg(long)]
     pub helm: Option<PathBuf>,
-    /// The resident Helm engine (`helm-engine`), which serves every call in one process and
-    /// stops when idle; when set, it is used instead of `helm`.
+    /// The resident Helm engine (`helm-engine`), which serves calls without a process each and
+    /// stops when idle; used unless `--helm` is given.
     #[arg(long, env = "HELM_ENGINE")]
     pub helm_engine: Option<PathBuf>,
     /// Seconds one helm call may take.
@@ -82,9 +83,12 @@ impl ProcessArgs {
         runtime::spawn_trimming();
         let metrics = Arc::new(Metrics::default());
         let timeout = Duration::from_secs(self.helm_timeout_seconds);
-        let engine = match self.helm_engine.clone() {
-            Some(helm_engine) => helm::Engine::resident(helm_engine, timeout, metrics.clone()),
-            None => helm::Engine::locate(self.helm.clone(), timeout, metrics.clone())
+        // `--helm` is a choice made for this process; the engine may come from the image.
+        let engine = match (self.helm.clone(), self.helm_engine.clone()) {
+            (None, Some(helm_engine)) => {
+                helm::Engine::resident(helm_engine, timeout, metrics.clone())
+            }
+            (helm, _) => helm::Engine::locate(helm, timeout, metrics.clone())
                 .map_err(context("finding helm"))?,
         };
         let kube_config = kube::Config::infer()

@@ -234,10 +234,6 @@ impl Process {
             .env("KUBECONFIG", kubeconfig)
             .env("HELM_BIN", env("HELM_BIN"))
             .env("HELM_ENGINE", env("HELM_ENGINE"));
-        // A test that brings its own helm means that helm to run every call.
-        if vars.iter().any(|(name, _)| *name == "HELM_BIN") {
-            command.env_remove("HELM_ENGINE");
-        }
         let child = command
             .envs(vars.iter().copied())
             .stdout(out.try_clone().expect("log file"))
