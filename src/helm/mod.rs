@@ -161,7 +161,7 @@ pub struct Engine {
 enum Runner {
     /// A `helm` process per call.
     Process(PathBuf),
-    /// One resident `helm-engine`, call after call.
+    /// Resident `helm-engine`s ([`ENGINES`]), each serving one call after another.
     Resident(Arc<Resident>),
 }
 
