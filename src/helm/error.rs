@@ -58,11 +58,14 @@ pub enum Error {
     },
 }
 
-/// Whether Go's runtime stopped its process for want of memory: past its address space or
-/// past its data limit.
+/// Whether Go's runtime stopped its process for want of memory, past its address space or its
+/// data limit: "fatal error: out of memory", "fatal error: runtime: out of memory" or "fatal
+/// error: runtime: cannot allocate memory", depending on where the allocation failed.
 pub(super) fn ran_out_of_memory(stderr: &str) -> bool {
-    stderr.contains("fatal error: out of memory")
-        || stderr.contains("fatal error: runtime: cannot allocate memory")
+    stderr.lines().any(|line| {
+        line.starts_with("fatal error:")
+            && (line.contains("out of memory") || line.contains("cannot allocate memory"))
+    })
 }
 
 impl Error {

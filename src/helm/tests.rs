@@ -79,6 +79,20 @@ fn a_missing_release_is_recognised_in_every_form() {
 }
 
 #[test]
+fn each_way_go_reports_running_out_of_memory_is_told() {
+    for report in [
+        "fatal error: out of memory\n\ngoroutine 1 [running]:",
+        "fatal error: runtime: out of memory\n\nruntime stack:",
+        "fatal error: runtime: cannot allocate memory\n",
+    ] {
+        assert!(error::ran_out_of_memory(report), "{report}");
+    }
+    assert!(!error::ran_out_of_memory(
+        "Error: values say out of memory\n"
+    ));
+}
+
+#[test]
 fn helm_gives_up_before_the_engine_kills_it() {
     let engine = Engine::with_runner(
         Runner::Process("helm".into()),
