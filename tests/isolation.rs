@@ -29,16 +29,18 @@ struct Kind {
 }
 
 impl Bed {
-    /// Applies definition `name` of the chart at `url` with `placement`, waits for it, and runs
-    /// its controller.
-    async fn kind(&self, name: &str, url: &str, placement: Value) -> Kind {
-        let spec = json!({
+    /// Applies definition `name` of the chart at `url`, with `more` of its spec (placement,
+    /// permissions), waits for it, and runs its controller.
+    async fn kind(&self, name: &str, url: &str, more: Value) -> Kind {
+        let mut spec = json!({
             "chart": {"url": url, "credentials": {
                 "username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
                 "passwordRef": {"name": "repo-password", "key": "password"}}},
             "names": {"group": self.group},
-            "placement": placement,
         });
+        for (key, value) in more.as_object().into_iter().flatten() {
+            spec[key] = value.clone();
+        }
         support::apply_definition(&self.client, &self.namespace, name, spec).await;
         let definitions =
             Api::<CompositionDefinition>::namespaced(self.client.clone(), &self.namespace);
@@ -243,11 +245,13 @@ fn tpl_chart() -> String {
 /// A tenant: its namespace and a client acting as it.
 type Tenant = (String, Client);
 
-/// Two tenants of one kind (of [`tpl_chart`]); tenant-b has a Ready composition in its
-/// namespace, so that the controller holds rights there, as it does on any busy cluster.
+/// Two tenants of one kind (of [`tpl_chart`], whose definition lets values hold templates);
+/// tenant-b has a Ready composition in its namespace, so that the controller holds rights
+/// there, as it does on any busy cluster.
 async fn two_tenants(prefix: &str) -> (Bed, Kind, Tenant, Tenant) {
     let bed = Bed::new(prefix).await;
-    let kind = bed.kind("notes", &tpl_chart(), json!({})).await;
+    let templates = json!({"permissions": {"templatesInValues": true}});
+    let kind = bed.kind("notes", &tpl_chart(), templates).await;
     let a = bed.tenant("tenant-a", &kind, None).await;
     let (team_b, tenant_b) = bed.tenant("tenant-b", &kind, None).await;
     kind.create(&tenant_b, &team_b, "b", json!({}), json!({}))
@@ -256,13 +260,24 @@ async fn two_tenants(prefix: &str) -> (Bed, Kind, Tenant, Tenant) {
     (bed, kind, a, (team_b, tenant_b))
 }
 
-/// A composition of `tenant` copying Secret `db` of `other` into its own ConfigMap fails to
-/// render, and writes nothing: Helm's identity may not read there at all.
-async fn copy_is_refused(bed: &Bed, kind: &Kind, (team, tenant): (&str, &Client), other: &str) {
+/// A composition of `tenant` copying Secret `db` of `other` into its own ConfigMap is refused
+/// with `reason` and writes nothing: its values are refused where the definition allows no
+/// templates in values, and where it does, the render fails, since Helm's identity may not
+/// read there at all.
+async fn copy_is_refused(
+    bed: &Bed,
+    kind: &Kind,
+    (team, tenant): (&str, &Client),
+    other: &str,
+    reason: &str,
+) {
     let copy = format!(r#"{{{{ (lookup "v1" "Secret" "{other}" "db").data.password | b64dec }}}}"#);
     let spec = json!({"note": copy});
     kind.create(tenant, team, "copier", spec, json!({})).await;
-    kind.wait(tenant, team, "copier", "RenderFailed").await;
+    let status = kind.wait(tenant, team, "copier", reason).await;
+    if reason == "TemplatesNotAllowed" {
+        assert!(ready_message(&status).contains("/note"), "{status}");
+    }
     let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), team);
     assert!(maps.get_opt("copier-note").await.unwrap().is_none());
 }
@@ -313,7 +328,7 @@ async fn a_tenants_lookup_of_secrets_reaches_neither_status_nor_events() {
         "says where it stopped: {message}"
     );
     assert!(message.contains("withheld"), "{message}");
-    copy_is_refused(&bed, &kind, (&team_a, &tenant_a), &team_b).await;
+    copy_is_refused(&bed, &kind, (&team_a, &tenant_a), &team_b, "RenderFailed").await;
     let identity = kind.release_identity(&bed);
     let can = |verb: &'static str, namespace: Option<String>| {
         let attributes = json!({"verb": verb, "resource": "secrets", "namespace": namespace});
@@ -440,7 +455,11 @@ async fn a_release_the_composition_did_not_make_is_never_upgraded_or_uninstalled
 async fn a_namespace_of_its_own_is_only_one_made_for_the_composition() {
     let bed = Bed::new("iso-ns").await;
     let kind = bed
-        .kind("own", &tpl_chart(), json!({"namespace": "CompositionName"}))
+        .kind(
+            "own",
+            &tpl_chart(),
+            json!({"placement": {"namespace": "CompositionName"}}),
+        )
         .await;
     let (team_a, tenant_a) = bed.tenant("tenant-a", &kind, None).await;
     let (team_b, tenant_b) = bed.tenant("tenant-b", &kind, None).await;
@@ -690,7 +709,14 @@ async fn a_charts_cluster_wide_roles_install_but_its_templates_never_hold_them()
     assert!(!can(identity.clone(), "list").await);
     assert!(!can(identity, "get").await);
 
-    copy_is_refused(&bed, &kind, (&team_a, &tenant_a), &team_b).await;
+    copy_is_refused(
+        &bed,
+        &kind,
+        (&team_a, &tenant_a),
+        &team_b,
+        "TemplatesNotAllowed",
+    )
+    .await;
 
     // Values that widen the chart's ClusterRole: refused, nothing written.
     let everything =

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 
 use compositor::api::CompositionDefinition;
 use support::installed::{
-    RELEASE, assert_refused_by_policy, dry_run_create, install, node_image_values, operator_client,
-    run_operator, wait_for, wait_for_policy,
+    Installation, RELEASE, assert_refused_by_policy, dry_run_create, install, installation,
+    node_image_values, operator_client, run_operator, wait_for, wait_for_policy,
 };
 
 /// Labels and annotations of what compositor writes for definition `namespace/name`.
@@ -190,6 +190,14 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
     assert_refused_by_policy(
         "the approved rules for another definition",
         dry_run_create(&roles, &everything(&format!("{namespace}/other"))).await,
+    );
+    // …nor borrowed by a role of another namespace that writes the approved definition as its
+    // owner: the owner's namespace must be the one the role's name says.
+    let mut borrowed = everything(&definition);
+    borrowed.metadata.name = Some("compositor:elsewhere:pwn-v1".to_string());
+    assert_refused_by_policy(
+        "the approved rules borrowed by a role named for another namespace",
+        dry_run_create(&roles, &borrowed).await,
     );
 
     // Broad in other ways, each refused on its own.
@@ -698,15 +706,11 @@ fn widening_chart(name: &str, version: &str, reads_secrets: bool) -> String {
 #[tokio::test]
 async fn a_chart_version_that_widens_waits_for_its_new_approval() {
     let client = support::client().await;
-    let namespace = support::namespace(&client, "policy-widen").await;
-    let watch = format!("watchNamespace={namespace}");
-    let mut values = vec!["tenant.enabled=false", &watch];
-    values.extend(node_image_values());
-    install(&support::Helm::new(), &namespace, &values);
-    support::repo_password(&client, &namespace).await;
-    wait_for_policy(&namespace).await;
-    let cache = tempfile::tempdir().unwrap();
-    let operator = run_operator(&client, &namespace, cache.path()).await;
+    let Installation {
+        namespace,
+        operator,
+        ..
+    } = installation(&client, "policy-widen").await;
 
     let chart = support::unique("widen");
     let narrow = widening_chart(&chart, "0.1.0", false);
@@ -798,16 +802,20 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
     }));
     let writer: ClusterRole = object(json!({
         "metadata": {"name": &identity},
-        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-                   "verbs": ["create"]},
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                   "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["create"]},
                   {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-                   "verbs": ["get", "patch", "escalate"], "resourceNames": [&reader]}],
+                   "verbs": ["get", "patch", "escalate", "bind"], "resourceNames": [&reader]}],
     }));
+    // The same role is the controller's, which impersonates the identity: a stolen controller
+    // token must be held to the same.
+    let controller = "apps-v1-controller";
     let binding: ClusterRoleBinding = object(json!({
         "metadata": {"name": &identity},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                     "name": &identity},
-        "subjects": [{"kind": "ServiceAccount", "namespace": &team, "name": &identity}],
+        "subjects": [{"kind": "ServiceAccount", "namespace": &team, "name": &identity},
+                     {"kind": "ServiceAccount", "namespace": &namespace, "name": controller}],
     }));
     let roles = Api::<ClusterRole>::all(client.clone());
     for role in [&reference, &writer] {
@@ -897,6 +905,67 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
         ),
     ] {
         assert_refused_by_policy(what, dry_run_apply(&role).await);
+    }
+    let mut config = kube::Config::infer().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{controller}"));
+    let as_controller = Client::try_from(config).expect("client");
+    let params = PatchParams::apply("stolen").dry_run().force();
+    let widened = Api::<ClusterRole>::all(as_controller.clone())
+        .patch(&reader, &params, &Patch::Apply(&everything))
+        .await;
+    assert_refused_by_policy(
+        "a controller's token widening a chart ClusterRole",
+        widened.map(drop).map_err(|error| match error {
+            kube::Error::Api(status) => *status,
+            error => panic!("dry-run apply: {error}"),
+        }),
+    );
+
+    // Bindings of the chart's role: to its own workload's account, and never to a user, a
+    // group or one of compositor's own identities, whoever of the two writes them.
+    let chart_binding = |subject: Value| -> ClusterRoleBinding {
+        object(json!({
+            "metadata": {"name": support::unique("reader-binding")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": &reader},
+            "subjects": [subject],
+        }))
+    };
+    for writer in [as_identity.clone().into_client(), as_controller] {
+        let bindings = Api::<ClusterRoleBinding>::all(writer);
+        dry_run_create(
+            &bindings,
+            &chart_binding(json!({"kind": "ServiceAccount", "namespace": &team, "name": "app"})),
+        )
+        .await
+        .expect("a binding to the chart's own workload");
+        for (what, subject) in [
+            (
+                "a user",
+                json!({"kind": "User", "name": "mallory",
+                              "apiGroup": "rbac.authorization.k8s.io"}),
+            ),
+            (
+                "a group",
+                json!({"kind": "Group", "name": "system:authenticated",
+                               "apiGroup": "rbac.authorization.k8s.io"}),
+            ),
+            (
+                "the release identity",
+                json!({"kind": "ServiceAccount", "namespace": &team,
+                                            "name": &identity}),
+            ),
+            (
+                "the controller",
+                json!({"kind": "ServiceAccount", "namespace": &namespace,
+                                      "name": controller}),
+            ),
+        ] {
+            assert_refused_by_policy(
+                &format!("a chart binding to {what}"),
+                dry_run_create(&bindings, &chart_binding(subject)).await,
+            );
+        }
     }
     for name in [
         format!("compositor:{namespace}:apps-v1:chart"),

@@ -313,8 +313,9 @@ async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
     );
     let spec = json!({"serviceAccount": {"annotations": {"leak": leak}}});
     let status = refused_tenant(&fixture, &tenants, &thief, spec, &controller).await;
+    // The Tenant lets no template into its values: refused before anything renders.
     assert!(
-        reason_of(&status, "Stalled").starts_with("RenderFailed "),
+        reason_of(&status, "Stalled").starts_with("TemplatesNotAllowed "),
         "{status}"
     );
     assert!(!status.to_string().contains(&password), "{status}");

@@ -70,6 +70,12 @@ pub struct PermissionsSpec {
         )
     )]
     pub namespaces: Vec<String>,
+    /// Whether compositions' values may hold template actions (`{{ … }}`), which a chart's
+    /// `tpl` runs as the release identity. Off by default: such a template reads what that
+    /// identity may read (a `lookup` of the namespace's Secrets), and whether the render then
+    /// fails tells its author one bit of it per reconcile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub templates_in_values: bool,
 }
 
 impl PermissionsSpec {

@@ -182,6 +182,15 @@ impl Footprint {
             .collect()
     }
 
+    /// The cluster-scoped objects a release at `place` is granted by name, as `(kind, name)`.
+    pub fn claims<'a>(
+        &'a self,
+        place: &'a ReleasePlace,
+    ) -> impl Iterator<Item = (&'a ResolvedKind, String)> + 'a {
+        let objects = self.cluster.objects.iter();
+        objects.flat_map(move |(kind, names)| names.iter().map(move |n| (kind, place.fill(n))))
+    }
+
     /// The cluster-wide rules that installing the chart as `releases` needs: `create` on each
     /// cluster-scoped kind (Kubernetes cannot limit `create` by name), `list` and `watch` on what
     /// Helm waits for, everything else on those objects by name (watching them for drift too), and `escalate` and `bind` on

@@ -9,6 +9,7 @@ mod footprint;
 mod kinds;
 mod naming;
 mod objects;
+pub mod power;
 mod rbac;
 mod rules;
 

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::GeneratedResource;
-use super::approval::SENSITIVE_RESOURCES;
 use super::footprint::Footprint;
 use super::naming::ReleasePlace;
-use super::rules::{HELM_VERBS, rule};
+use super::power::{CODE_RESOURCES, READ_SENSITIVE_RESOURCES};
+use super::rules::{HELM_VERBS, ResolvedKind, rule};
 
 /// What one version's controller may do.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -102,13 +102,17 @@ impl Permissions {
     }
 
     /// `list` and `watch` in every namespace of each namespaced kind the chart writes, one rule
-    /// per API group, but never of a [`SENSITIVE_RESOURCES`] resource such as Secrets: reading
+    /// per API group, but never of a [`READ_SENSITIVE_RESOURCES`] one such as Secrets: reading
     /// every object of those would be more power than drift needs, so they stay watched per
     /// release namespace.
     fn everywhere_watch_rules(&self) -> Vec<PolicyRule> {
         let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         let written = self.footprint.namespaces.values().flat_map(|n| &n.kinds);
-        for kind in written.filter(|kind| !SENSITIVE_RESOURCES.contains(&kind.plural.as_str())) {
+        let sensitive = |kind: &&ResolvedKind| {
+            let plural = kind.plural.as_str();
+            READ_SENSITIVE_RESOURCES.contains(&plural) || CODE_RESOURCES.contains(&plural)
+        };
+        for kind in written.filter(|kind| !sensitive(kind)) {
             let resources = by_group.entry(&kind.group).or_default();
             resources.insert(kind.plural.clone());
         }

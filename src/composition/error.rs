@@ -21,6 +21,11 @@ pub enum Error {
     /// The values break the chart's schema.
     #[error("values do not match the chart's schema: {0}")]
     InvalidValues(String),
+    /// The values hold template actions, which the definition does not allow.
+    #[error(
+        "the values hold template actions ({{{{ … }}}}) at {0}, which a chart's tpl would run as the release's identity; the definition does not allow them (spec.permissions.templatesInValues)"
+    )]
+    TemplatesNotAllowed(String),
     /// The release name is unusable.
     #[error("{0}")]
     ReleaseName(String),
@@ -30,8 +35,8 @@ pub enum Error {
     /// The rendered manifest is not a list of objects.
     #[error(transparent)]
     Manifest(#[from] helm::ManifestError),
-    /// The render with these values is larger than a release may be, or took more memory than
-    /// a Helm process may.
+    /// The render with these values is larger than a release may be, or took more memory or
+    /// CPU time than a Helm call may.
     #[error("{0}")]
     TooLarge(String),
     /// The chart would write objects this controller may not write.
@@ -61,6 +66,17 @@ pub enum Error {
         "the chart with these values binds roles to subjects that are not ServiceAccounts of this composition's namespaces: {0}"
     )]
     BindingNotAllowed(String),
+    /// The chart, with these values, would run a workload as one of compositor's own
+    /// identities (a release identity or a controller).
+    #[error(
+        "the chart with these values runs workloads as compositor's own identities, which only compositor may act as: {0}"
+    )]
+    IdentityNotAllowed(String),
+    /// The release's name would give one of the chart's cluster-scoped objects a reserved name.
+    #[error(
+        "the release name is reserved: {0}, a name only Kubernetes or compositor may give; name the release otherwise (compositor.dev/release-name)"
+    )]
+    ReleaseNameReserved(String),
     /// The chart, with these values, would grant more through its ClusterRoles than with its
     /// default values.
     #[error(
@@ -136,7 +152,7 @@ impl Error {
             true => error.withheld(),
             false => error,
         };
-        if let helm::Error::OutOfMemory { .. } = error {
+        if let helm::Error::OutOfMemory { .. } | helm::Error::OutOfCpu { .. } = error {
             Error::TooLarge(error.to_string())
         } else if render_failure {
             Error::Render(error)
@@ -158,6 +174,7 @@ impl Error {
             Error::DefinitionNotReady(_) => "DefinitionNotReady",
             Error::Chart(error) => error.reason(),
             Error::InvalidValues(_) => "InvalidValues",
+            Error::TemplatesNotAllowed(_) => "TemplatesNotAllowed",
             Error::ReleaseName(_) => "InvalidReleaseName",
             Error::Render(_) | Error::Manifest(_) => "RenderFailed",
             Error::TooLarge(_) => "RenderTooLarge",
@@ -166,6 +183,8 @@ impl Error {
             Error::NamespaceReserved(_) => "NamespaceReserved",
             Error::NamespaceNotAllowed(..) => "NamespaceNotAllowed",
             Error::BindingNotAllowed(_) => "BindingNotAllowed",
+            Error::IdentityNotAllowed(_) => "IdentityNotAllowed",
+            Error::ReleaseNameReserved(_) => "ReleaseNameReserved",
             Error::RoleNotAllowed(_) => "RoleNotAllowed",
             Error::NamespaceNotOwned(_) => "NamespaceNotOwned",
             Error::AccessPending(_) => "AccessPending",
@@ -215,6 +234,7 @@ impl ReconcileError for Error {
         matches!(
             self,
             Error::InvalidValues(_)
+                | Error::TemplatesNotAllowed(_)
                 | Error::ReleaseName(_)
                 | Error::Render(_)
                 | Error::Manifest(_)
@@ -225,6 +245,8 @@ impl ReconcileError for Error {
                 | Error::NamespaceNotOwned(_)
                 | Error::NamespaceNotAllowed(..)
                 | Error::BindingNotAllowed(_)
+                | Error::IdentityNotAllowed(_)
+                | Error::ReleaseNameReserved(_)
                 | Error::RoleNotAllowed(_)
                 | Error::ClusterNotPlaced(..)
                 | Error::Rejected(..)

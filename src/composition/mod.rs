@@ -221,10 +221,15 @@ async fn install(
 ) -> Result<Action, Error> {
     let chart = inputs::fetch_chart(definition, context).await?;
     let values = inputs::checked_values(object, &chart)?;
+    let templates = values::template_paths(&values);
+    if !templates.is_empty() && !definition.spec.permissions.templates_in_values {
+        return Err(Error::TemplatesNotAllowed(templates.join(", ")));
+    }
     let placement = &definition.spec.placement;
     let clusters = context.selected_clusters(placement)?;
     let targets = placement::targets(object, placement, &clusters, &context.reserved())?;
-    let withhold = chart.looks_up || values::holds_templates(&values);
+    confinement::check_claims(definition, &context.config.identity.version, &targets)?;
+    let withhold = chart.looks_up || !templates.is_empty();
     let writable = confinement::writable_patterns(definition, &context.config.identity.version);
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);

@@ -12,17 +12,33 @@ pub fn values_of(spec: Option<&Value>) -> Value {
     Value::Object(values)
 }
 
-/// Whether a string in `values` (a key or a value) holds a template action, which a chart's
-/// `tpl` would run: such values can make the render read the cluster (`lookup`).
-pub fn holds_templates(values: &Value) -> bool {
-    match values {
-        Value::String(text) => text.contains("{{"),
-        Value::Array(items) => items.iter().any(holds_templates),
-        Value::Object(map) => map
-            .iter()
-            .any(|(key, value)| key.contains("{{") || holds_templates(value)),
-        _ => false,
+/// The paths (`/a/0/b`) of the strings in `values`, keys or values, that hold a template
+/// action, which a chart's `tpl` would run: such values can make the render read the cluster
+/// (`lookup`).
+pub fn template_paths(values: &Value) -> Vec<String> {
+    fn walk(value: &Value, path: &str, found: &mut Vec<String>) {
+        match value {
+            Value::String(text) if text.contains("{{") => found.push(path.to_string()),
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}/{index}"), found);
+                }
+            }
+            Value::Object(map) => {
+                for (key, value) in map {
+                    let path = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
+                    if key.contains("{{") {
+                        found.push(path.clone());
+                    }
+                    walk(value, &path, found);
+                }
+            }
+            _ => {}
+        }
     }
+    let mut found = Vec::new();
+    walk(values, "", &mut found);
+    found
 }
 
 /// What an install depends on: the chart's digest, the values, where it goes and which Helm
@@ -76,11 +92,11 @@ mod tests {
 
     #[test]
     fn template_actions_are_found_anywhere_in_the_values() {
-        assert!(!holds_templates(
-            &json!({"a": ["x", {"b": "{ not }"}], "n": 1})
-        ));
-        assert!(holds_templates(&json!({"a": ["x", {"b": "{{ lookup }}"}]})));
-        assert!(holds_templates(&json!({"{{ .Release.Name }}": 1})));
+        assert!(template_paths(&json!({"a": ["x", {"b": "{ not }"}], "n": 1})).is_empty());
+        assert_eq!(
+            template_paths(&json!({"a": ["x", {"b/c": "{{ lookup }}"}], "{{ k }}": 1})),
+            ["/a/1/b~1c", "/{{ k }}"]
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::claims;
 use super::grants::{self, VersionUse};
 use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
@@ -191,6 +192,9 @@ async fn apply_version(
         asked_namespaces = own.asked;
         warnings.extend(own.warnings);
     }
+    let claims = claims::check(&context.client, &footprint.footprint, releases).await;
+    let releases = claims.kept;
+    warnings.extend(claims.refused);
     let controller = controller_bundle(
         definition,
         context,

@@ -13,6 +13,7 @@
 //! compositions, and the registration Secrets.
 
 mod bundles;
+mod claims;
 mod cleanup;
 mod clusters;
 mod compositions;

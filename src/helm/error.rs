@@ -47,6 +47,17 @@ pub enum Error {
         /// The limit it reached, in MiB.
         limit_mib: u64,
     },
+    /// A Helm call took more CPU time than a call may ([`super::CALL_CPU_LIMIT`]): the chart's
+    /// templates, with these values, do more work than any chart's install needs.
+    #[error(
+        "helm {verb} took more than the {seconds} s of CPU time a Helm call may take: the chart's templates with these values do too much work"
+    )]
+    OutOfCpu {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// The limit it reached, in seconds.
+        seconds: f64,
+    },
     /// Helm succeeded but printed something other than the JSON it documents.
     #[error("helm {verb} printed unexpected output")]
     Output {
@@ -93,6 +104,7 @@ impl Error {
             Error::NotFound | Error::Spawn { .. } => "HelmUnavailable",
             Error::Timeout { .. } => "HelmTimeout",
             Error::OutOfMemory { .. } => "HelmOutOfMemory",
+            Error::OutOfCpu { .. } => "HelmOutOfCpu",
             Error::Failed { .. } | Error::Output { .. } => "HelmFailed",
         }
     }

@@ -85,6 +85,11 @@ const ENGINE_DATA_LIMIT: u64 = 192 << 20;
 /// Go's settings for the resident engine: its collector works hard well below
 /// [`ENGINE_DATA_LIMIT`].
 const ENGINE_GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", "144MiB"), ("GOGC", GO_GC_PERCENT)];
+/// The CPU time one Helm call may take. An install of cert-manager, the largest chart tried,
+/// takes well under a second of it in an engine; a template that loops is stopped here, so that
+/// one composition's templates hold an engine, and the compositions waiting for one, for no
+/// longer than this (a `helm` process is stopped by the same limit, `RLIMIT_CPU`).
+const CALL_CPU_LIMIT: Duration = Duration::from_secs(5);
 /// How long a resident engine waits for a call before it stops.
 const ENGINE_IDLE: Duration = Duration::from_secs(20);
 /// Resident engines that serve calls at once. A call is mostly requests to the API server, so a
@@ -194,7 +199,7 @@ impl Engine {
     /// Calls served by the resident engine `helm_engine` (see `helm-engine/`), started with the
     /// first call and stopped when idle.
     pub fn resident(helm_engine: PathBuf, timeout: Duration, metrics: Arc<Metrics>) -> Self {
-        let resident = Resident::new(helm_engine, ENGINES, ENGINE_IDLE);
+        let resident = Resident::new(helm_engine, ENGINES, ENGINE_IDLE, CALL_CPU_LIMIT);
         Engine::with_runner(Runner::Resident(resident), timeout, metrics)
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::{ADDRESS_SPACE_LIMIT, Error, Output};
+use super::{ADDRESS_SPACE_LIMIT, CALL_CPU_LIMIT, Error, Output};
 
 /// Runs `binary` with `args` and exactly `env`, killed after `timeout`.
 pub(super) async fn run(
@@ -27,6 +27,7 @@ pub(super) async fn run(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     limit(&mut command, Limit::AddressSpace, ADDRESS_SPACE_LIMIT);
+    limit(&mut command, Limit::CpuSeconds, CALL_CPU_LIMIT.as_secs());
     let child = command
         .spawn()
         .map_err(|source| Error::Spawn { verb, source })?;
@@ -34,6 +35,11 @@ pub(super) async fn run(
         .await
         .map_err(|_| Error::Timeout { verb, timeout })?
         .map_err(|source| Error::Spawn { verb, source })?;
+    // The kernel stops a process past its hard CPU limit with SIGKILL.
+    if std::os::unix::process::ExitStatusExt::signal(&output.status) == Some(libc::SIGKILL) {
+        let seconds = CALL_CPU_LIMIT.as_secs_f64();
+        return Err(Error::OutOfCpu { verb, seconds });
+    }
     Ok(Output {
         success: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -41,23 +47,26 @@ pub(super) async fn run(
     })
 }
 
-/// What of a child process's memory is limited.
+/// What of a child process is limited.
 pub(super) enum Limit {
     /// Its address space (`RLIMIT_AS`).
     AddressSpace,
     /// What it writes: heap and stacks (`RLIMIT_DATA`).
     Data,
+    /// Its CPU time, in seconds (`RLIMIT_CPU`).
+    CpuSeconds,
 }
 
-/// Gives the child process at most `bytes` of `what`.
-pub(super) fn limit(command: &mut Command, what: Limit, bytes: u64) {
+/// Gives the child process at most `amount` (bytes, or seconds) of `what`.
+pub(super) fn limit(command: &mut Command, what: Limit, amount: u64) {
     let resource = match what {
         Limit::AddressSpace => libc::RLIMIT_AS,
         Limit::Data => libc::RLIMIT_DATA,
+        Limit::CpuSeconds => libc::RLIMIT_CPU,
     };
     let limit = libc::rlimit {
-        rlim_cur: bytes,
-        rlim_max: bytes,
+        rlim_cur: amount,
+        rlim_max: amount,
     };
     // SAFETY: between fork and exec the closure only calls setrlimit, which is
     // async-signal-safe, and reads its own copy of `limit`.

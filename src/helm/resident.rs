@@ -9,7 +9,8 @@
 //! when a call finds none free and stopped after [`Resident`]'s idle time without one, so an
 //! idle controller runs no engine and holds none of its memory. A call that times out, or whose
 //! caller gives up, stops its engine at once, as a `helm` process would be killed; the next call
-//! starts a new one.
+//! starts a new one. So does a call that spends more than its CPU time: a template that loops
+//! would otherwise hold an engine, and every composition waiting for one, until the timeout.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -61,6 +62,8 @@ impl Tail {
 pub(super) struct Resident {
     binary: PathBuf,
     idle: Duration,
+    /// The CPU time one call may take.
+    cpu_limit: Duration,
     /// A permit per engine: calls wait here for a free one.
     free: tokio::sync::Semaphore,
     slots: Vec<tokio::sync::Mutex<Slot>>,
@@ -98,11 +101,18 @@ struct Reply {
 }
 
 impl Resident {
-    /// At most `engines` engines run from `binary`, each stopped after `idle` without a call.
-    pub(super) fn new(binary: PathBuf, engines: usize, idle: Duration) -> Arc<Self> {
+    /// At most `engines` engines run from `binary`, each stopped after `idle` without a call,
+    /// or as soon as a call has taken `cpu_limit` of its CPU time.
+    pub(super) fn new(
+        binary: PathBuf,
+        engines: usize,
+        idle: Duration,
+        cpu_limit: Duration,
+    ) -> Arc<Self> {
         Arc::new(Resident {
             binary,
             idle,
+            cpu_limit,
             free: tokio::sync::Semaphore::new(engines),
             slots: (0..engines).map(|_| Default::default()).collect(),
         })
@@ -142,7 +152,16 @@ impl Resident {
         }
         let engine = slot.engine.as_mut().expect("started above");
         engine.mid_call = true;
-        match engine.call(request).await {
+        let pid = engine.child.id();
+        let reply = tokio::select! {
+            reply = engine.call(request) => reply,
+            () = cpu_spent(pid, self.cpu_limit) => {
+                // Left mid-call, the engine is stopped as the slot is let go.
+                let seconds = self.cpu_limit.as_secs_f64();
+                return Err(Error::OutOfCpu { verb, seconds });
+            }
+        };
+        match reply {
             Ok(reply) => {
                 engine.mid_call = false;
                 engine.last_call = Instant::now();
@@ -301,6 +320,37 @@ fn request_line(
     Ok(line)
 }
 
+/// How often a call's CPU time is looked at.
+const CPU_CHECK: Duration = Duration::from_millis(100);
+
+/// Returns once process `pid` has spent `limit` of CPU time more than when this was called
+/// (never, when its time cannot be read).
+async fn cpu_spent(pid: Option<u32>, limit: Duration) {
+    let start = pid.and_then(cpu_time);
+    let (Some(pid), Some(start)) = (pid, start) else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(CPU_CHECK).await;
+        if cpu_time(pid).is_some_and(|now| now.saturating_sub(start) >= limit) {
+            return;
+        }
+    }
+}
+
+/// The CPU time process `pid` has spent, user and system, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces; `utime` and `stime` are the 12th and
+    // 13th fields after it.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u64>().ok();
+    let ticks = ticks()? + ticks()?;
+    // SAFETY: sysconf only reads a constant of the system.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    Some(Duration::from_millis(ticks * 1000 / per_second.max(1)))
+}
+
 /// Stops engine `generation` of slot `index` once it has had no call for the idle time.
 async fn stop_when_idle(resident: Weak<Resident>, index: usize, generation: u64) {
     let Some(idle) = resident.upgrade().map(|resident| resident.idle) else {
@@ -353,14 +403,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    /// A stand-in engine that answers each call with its PID, sleeps on a call naming `hang`
-    /// and runs out of memory on one naming `die`.
+    /// A stand-in engine that answers each call with its PID, sleeps on a call naming `hang`,
+    /// spins on one naming `spin` and runs out of memory on one naming `die`.
     fn stand_in(dir: &std::path::Path) -> PathBuf {
         let script = dir.join("helm-engine");
         std::fs::write(
             &script,
             "#!/bin/sh\nwhile IFS= read -r line; do\n  case \"$line\" in\n    \
              *'\"hang\"'*) sleep 30 ;;\n    \
+             *'\"spin\"'*) while :; do :; done ;;\n    \
              *'\"die\"'*) echo 'fatal error: runtime: cannot allocate memory' >&2; seq 100 >&2; exit 2 ;;\n  esac\n  \
              printf '{\"code\":0,\"stdout\":\"%s\",\"stderr\":\"\"}\\n' $$\ndone\n",
         )
@@ -369,6 +420,9 @@ mod tests {
             .unwrap();
         script
     }
+
+    /// The CPU time a call of the stand-in may take.
+    const CPU: Duration = Duration::from_millis(300);
 
     /// The PID of the engine that answered `word`, or the call's error.
     async fn call(resident: &Arc<Resident>, word: &str) -> Result<String, Error> {
@@ -411,7 +465,7 @@ mod tests {
     #[tokio::test]
     async fn calls_share_one_engine_until_it_is_idle_then_a_new_one_starts() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_millis(500));
+        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_millis(500), CPU);
         let first = call(&resident, "a").await.unwrap();
         assert_eq!(call(&resident, "b").await.unwrap(), first);
         tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -425,7 +479,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_times_out_stops_its_engine_at_once_and_the_next_call_starts_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60));
+        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
         let first = call(&resident, "a").await.unwrap();
         let error = call(&resident, "hang").await.unwrap_err();
         assert!(matches!(error, Error::Timeout { .. }), "{error}");
@@ -439,10 +493,25 @@ mod tests {
     #[tokio::test]
     async fn an_engine_that_dies_fails_its_call_with_the_reason_and_is_replaced() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60));
+        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
         let first = call(&resident, "a").await.unwrap();
         let error = call(&resident, "die").await.unwrap_err();
         assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
+        assert_ne!(call(&resident, "b").await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_spends_its_cpu_time_stops_its_engine_before_its_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
+        let first = call(&resident, "a").await.unwrap();
+        // Within the call's timeout of 2 s, which would give a Timeout instead.
+        let error = call(&resident, "spin").await.unwrap_err();
+        assert!(matches!(error, Error::OutOfCpu { .. }), "{error}");
+        assert!(
+            resident.slots[0].lock().await.engine.is_none(),
+            "stopped at once"
+        );
         assert_ne!(call(&resident, "b").await.unwrap(), first);
     }
 }

@@ -26,9 +26,15 @@ pub fn chart_path() -> String {
 /// A client with the identity of the operator's ServiceAccount in `namespace` (the test bed's
 /// administrator may impersonate anyone).
 pub async fn operator_client(namespace: &str) -> Client {
+    service_account_client(namespace, RELEASE).await
+}
+
+/// A client with the identity of ServiceAccount `name` of `namespace`, with the groups every
+/// ServiceAccount has.
+pub async fn service_account_client(namespace: &str, name: &str) -> Client {
     super::init_tls();
     let mut config = kube::Config::infer().await.expect("kubeconfig");
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{RELEASE}"));
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
     config.auth_info.impersonate_groups = Some(vec![
         "system:serviceaccounts".to_string(),
         format!("system:serviceaccounts:{namespace}"),
@@ -135,6 +141,35 @@ pub async fn run_operator(client: &Client, namespace: &str, cache: &Path) -> sup
     let cache = cache.to_str().expect("utf-8 path");
     let args = ["--metrics-address", "127.0.0.1:0", "--cache-dir", cache];
     super::deployment_runs(client, namespace, RELEASE, &args).await
+}
+
+/// The chart installed in a namespace of its own, watching only that namespace, with its
+/// admission policies enforced and its operator running with its own token.
+pub struct Installation {
+    /// The release namespace, where definitions are applied.
+    pub namespace: String,
+    /// The operator.
+    pub operator: super::Running,
+    _cache: tempfile::TempDir,
+}
+
+/// Installs the chart (without the Tenant) into a new namespace named after `prefix`, and runs
+/// its operator.
+pub async fn installation(client: &Client, prefix: &str) -> Installation {
+    let namespace = super::namespace(client, prefix).await;
+    let watch = format!("watchNamespace={namespace}");
+    let mut values = vec!["tenant.enabled=false", watch.as_str()];
+    values.extend(node_image_values());
+    install(&super::Helm::new(), &namespace, &values);
+    super::repo_password(client, &namespace).await;
+    wait_for_policy(&namespace).await;
+    let cache = tempfile::tempdir().unwrap();
+    let operator = run_operator(client, &namespace, cache.path()).await;
+    Installation {
+        namespace,
+        operator,
+        _cache: cache,
+    }
 }
 
 /// Polls `check` every 250 ms for up to two minutes; panics with `what` and `log` (the output

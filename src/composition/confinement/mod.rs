@@ -4,6 +4,8 @@
 //! A release belongs to the composition whose UID its records carry; a namespace of its own
 //! (`CompositionName`) is one made for it, never a reserved one.
 
+mod subjects;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -115,6 +117,44 @@ pub(super) fn writable_patterns(
     chart.chain(listed).collect()
 }
 
+/// Refuses `targets` whose release would give one of the chart's cluster-scoped objects a
+/// reserved name ([`crate::bundle::power::reserved_object`]): a release named `cluster-admin`
+/// whose chart names a ClusterRole after its release. The operator grants such a release
+/// nothing; this says why, before anything else is tried.
+pub(super) fn check_claims(
+    definition: &CompositionDefinition,
+    version: &str,
+    targets: &[Target],
+) -> Result<(), Error> {
+    let objects = definition
+        .status
+        .as_ref()
+        .and_then(|status| status.versions.iter().find(|v| v.version == version))
+        .and_then(|v| v.footprint.as_ref())
+        .map(|footprint| footprint.cluster_objects.as_slice())
+        .unwrap_or_default();
+    for target in targets {
+        let place = crate::bundle::ReleasePlace {
+            release: target.release.clone(),
+            namespace: target.namespace.clone(),
+        };
+        for object in objects {
+            let Some((resource, pattern)) = object.split_once(' ') else {
+                continue;
+            };
+            let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+            let name = place.fill(pattern);
+            if crate::bundle::power::reserved_object(group, plural, &name) {
+                return Err(Error::ReleaseNameReserved(format!(
+                    "release {} would name {resource} {name}",
+                    target.release
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The namespaces `target`'s release may write into: its release namespace, and the
 /// `patterns` ([`writable_patterns`]) named for this release.
 fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet<String> {
@@ -129,7 +169,7 @@ fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet
 
 /// What a release may write, checked before Helm writes any of it: objects only in the
 /// namespaces [`writable_namespaces`] gives `target`, bindings only to their ServiceAccounts,
-/// and, on the management cluster, ClusterRoles that grant no more than the chart's own do
+/// workloads that run as none of compositor's identities, and, on the management cluster, ClusterRoles that grant no more than the chart's own do
 /// with its default values.
 pub(super) async fn check_render(
     context: &Context,
@@ -152,9 +192,15 @@ pub(super) async fn check_render(
             allowed.join(", "),
         ));
     }
-    let foreign = foreign_subjects(documents, namespace, &allowed);
+    let reserved = context.reserved();
+    let own = subjects::Own::new(&allowed, &reserved);
+    let foreign = own.foreign_subjects(documents, namespace);
     if !foreign.is_empty() {
         return Err(Error::BindingNotAllowed(foreign.join(", ")));
+    }
+    let borrowed = own.borrowed_identities(documents, namespace);
+    if !borrowed.is_empty() {
+        return Err(Error::IdentityNotAllowed(borrowed.join(", ")));
     }
     let renders_cluster_roles = documents.iter().any(|d| d.object.kind == "ClusterRole");
     if reach.is_local() && renders_cluster_roles {
@@ -235,88 +281,9 @@ async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
     }
 }
 
-/// The subjects the bindings among `documents` would grant to that are not ServiceAccounts of
-/// `allowed` namespaces, as `<Kind> <name> → <subject kind> <namespace/name>`: a release may
-/// give its roles to its own workloads, never to a user, a group or another namespace's
-/// accounts. A ServiceAccount subject without a namespace is the binding's (or, at cluster
-/// scope, refused, as Kubernetes refuses it).
-fn foreign_subjects(
-    documents: &[RenderedDocument],
-    release_namespace: &str,
-    allowed: &BTreeSet<String>,
-) -> Vec<String> {
-    let bindings = documents.iter().filter(|d| {
-        d.object
-            .api_version
-            .starts_with("rbac.authorization.k8s.io/")
-            && matches!(d.object.kind.as_str(), "RoleBinding" | "ClusterRoleBinding")
-    });
-    let mut foreign = Vec::new();
-    for binding in bindings {
-        let own_namespace = match binding.object.kind.as_str() {
-            "RoleBinding" => Some(
-                binding
-                    .object
-                    .namespace
-                    .as_deref()
-                    .unwrap_or(release_namespace),
-            ),
-            _ => None,
-        };
-        for subject in binding.body["subjects"].as_array().into_iter().flatten() {
-            let kind = subject["kind"].as_str().unwrap_or_default();
-            let name = subject["name"].as_str().unwrap_or_default();
-            let namespace = subject["namespace"].as_str().or(own_namespace);
-            let accepted =
-                kind == "ServiceAccount" && namespace.is_some_and(|n| allowed.contains(n));
-            if !accepted {
-                foreign.push(format!(
-                    "{} {} → {kind} {}{name}",
-                    binding.object.kind,
-                    binding.object.name,
-                    namespace.map(|n| format!("{n}/")).unwrap_or_default()
-                ));
-            }
-        }
-    }
-    foreign
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bindings_may_name_only_service_accounts_of_the_compositions_namespaces() {
-        let manifest = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: web-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web-reader}
-subjects:
-- {kind: ServiceAccount, name: web, namespace: team-a}
-- {kind: User, name: mallory}
-- {kind: ServiceAccount, name: web, namespace: team-b}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: web-leases}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: web-leases}
-subjects:
-- {kind: ServiceAccount, name: web}
-- {kind: Group, name: system:authenticated}
-"#;
-        let documents = crate::helm::parse_documents(manifest).unwrap();
-        let allowed: BTreeSet<String> = ["team-a".to_string()].into();
-        assert_eq!(
-            foreign_subjects(&documents, "team-a", &allowed),
-            [
-                "ClusterRoleBinding web-reader → User mallory",
-                "ClusterRoleBinding web-reader → ServiceAccount team-b/web",
-                "RoleBinding web-leases → Group team-a/system:authenticated",
-            ]
-        );
-    }
 
     fn target() -> Target {
         Target {

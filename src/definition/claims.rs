@@ -1,0 +1,173 @@
+//! Whose the names are that a release is granted. A chart's cluster-scoped objects are named
+//! after the release, and a tenant chooses the release's name: a release named `cluster-admin`
+//! would be granted `escalate`, `bind` and `update` on ClusterRole `cluster-admin`. So before
+//! granting, each name a release would be granted is checked: one that is reserved
+//! ([`crate::bundle::power::reserved_object`]), or that an object already has which is not
+//! that release's (by Helm's own ownership annotations), gets that release nothing, and the
+//! definition's status says why. A name whose kind the operator may not list is left to Helm,
+//! which never takes over an object of another release.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
+use kube::{Client, ResourceExt};
+
+use crate::bundle::power::reserved_object;
+use crate::bundle::{Footprint, ReleasePlace, ResolvedKind};
+
+/// Helm's annotations naming the release an object belongs to.
+const RELEASE_NAME: &str = "meta.helm.sh/release-name";
+const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+
+/// The releases that may be granted, and why the others may not.
+pub struct Claims {
+    /// Releases whose every name is free or their own.
+    pub kept: Vec<ReleasePlace>,
+    /// One line per release refused, naming the object.
+    pub refused: Vec<String>,
+}
+
+/// Who holds each existing object's name: its Helm release (`namespace/name`), if any.
+type Holders = BTreeMap<String, Option<(String, String)>>;
+
+/// Checks the names `footprint` would grant each of `releases`.
+pub async fn check(client: &Client, footprint: &Footprint, releases: Vec<ReleasePlace>) -> Claims {
+    let mut holders: BTreeMap<&ResolvedKind, Option<Holders>> = BTreeMap::new();
+    if !releases.is_empty() {
+        for kind in footprint.cluster.objects.keys() {
+            holders.insert(kind, existing(client, kind).await);
+        }
+    }
+    let mut claims = Claims {
+        kept: Vec::new(),
+        refused: Vec::new(),
+    };
+    for place in releases {
+        let taken = footprint.claims(&place).find_map(|(kind, name)| {
+            let known = holders.get(kind).and_then(Option::as_ref);
+            refusal(kind, &name, known, &place)
+        });
+        match taken {
+            None => claims.kept.push(place),
+            Some(why) => claims.refused.push(format!(
+                "release {} in namespace {} is granted nothing: its chart would name {why}; \
+                 name the release otherwise (compositor.dev/release-name)",
+                place.release, place.namespace
+            )),
+        }
+    }
+    claims
+}
+
+/// Why `place` may not be granted `name` of `kind`, given who holds the existing names
+/// (`None`: not known).
+fn refusal(
+    kind: &ResolvedKind,
+    name: &str,
+    holders: Option<&Holders>,
+    place: &ReleasePlace,
+) -> Option<String> {
+    if reserved_object(&kind.group, &kind.plural, name) {
+        return Some(format!("{kind} {name}, which is reserved"));
+    }
+    match holders?.get(name)? {
+        Some((namespace, release))
+            if *namespace == place.namespace && *release == place.release =>
+        {
+            None
+        }
+        Some((namespace, release)) => Some(format!(
+            "{kind} {name}, which exists and belongs to release {release} in namespace {namespace}"
+        )),
+        None => Some(format!(
+            "{kind} {name}, which exists and belongs to no release"
+        )),
+    }
+}
+
+/// The existing objects of cluster-scoped `kind` and their Helm releases, or `None` when the
+/// operator may not list them.
+async fn existing(client: &Client, kind: &ResolvedKind) -> Option<Holders> {
+    let group = kube::discovery::oneshot::group(client, &kind.group)
+        .await
+        .ok()?;
+    let (resource, _) = group
+        .recommended_resources()
+        .into_iter()
+        .find(|(resource, _)| resource.plural == kind.plural)?;
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let mut holders = Holders::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list_metadata(&params).await.ok()?;
+        for object in &page.items {
+            let annotations = object.annotations();
+            let release = annotations
+                .get(RELEASE_NAMESPACE)
+                .zip(annotations.get(RELEASE_NAME));
+            let release = release.map(|(namespace, name)| (namespace.clone(), name.clone()));
+            holders.insert(object.name_any(), release);
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Some(holders),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(release: &str) -> ReleasePlace {
+        ReleasePlace {
+            release: release.into(),
+            namespace: "team-a".into(),
+        }
+    }
+
+    fn cluster_roles() -> ResolvedKind {
+        ResolvedKind {
+            group: "rbac.authorization.k8s.io".into(),
+            plural: "clusterroles".into(),
+            namespaced: false,
+        }
+    }
+
+    #[test]
+    fn a_name_is_claimed_only_when_free_or_the_releases_own() {
+        let kind = cluster_roles();
+        let holders: Holders = [
+            (
+                "web-reader".to_string(),
+                Some(("team-a".into(), "web".into())),
+            ),
+            (
+                "db-reader".to_string(),
+                Some(("team-b".into(), "db".into())),
+            ),
+            ("ops".to_string(), None),
+        ]
+        .into();
+        let web = place("web");
+        assert_eq!(refusal(&kind, "web-reader", Some(&holders), &web), None);
+        assert_eq!(refusal(&kind, "new-reader", Some(&holders), &web), None);
+        assert_eq!(refusal(&kind, "new-reader", None, &web), None);
+        assert_eq!(
+            refusal(&kind, "db-reader", Some(&holders), &web).unwrap(),
+            "clusterroles.rbac.authorization.k8s.io db-reader, which exists and belongs to \
+             release db in namespace team-b"
+        );
+        assert_eq!(
+            refusal(&kind, "ops", Some(&holders), &web).unwrap(),
+            "clusterroles.rbac.authorization.k8s.io ops, which exists and belongs to no release"
+        );
+        for reserved in ["cluster-admin", "admin", "system:masters", "compositor:x:y"] {
+            assert!(
+                refusal(&kind, reserved, None, &place(reserved)).is_some(),
+                "{reserved}"
+            );
+        }
+    }
+}
