@@ -690,9 +690,12 @@ async fn a_charts_cluster_wide_roles_install_but_its_templates_never_hold_them()
     let password = support::unique("s3cr3t-b");
     secret(&bed.client, &team_b, "db", &password).await;
 
-    kind.create(&tenant_a, &team_a, "r", json!({}), json!({}))
+    // Named uniquely: its ClusterRole is named after it, cluster-wide, and a name another
+    // release's object has is granted to no other.
+    let reader = support::unique("r");
+    kind.create(&tenant_a, &team_a, &reader, json!({}), json!({}))
         .await;
-    kind.wait(&tenant_a, &team_a, "r", "Ready").await;
+    kind.wait(&tenant_a, &team_a, &reader, "Ready").await;
     // The chart's own workload account reads every Secret, as the chart asks; Helm's identity
     // does not.
     let can = |account: String, verb: &'static str| {
@@ -704,7 +707,7 @@ async fn a_charts_cluster_wide_roles_install_but_its_templates_never_hold_them()
             support::service_account_can(&client, (&team_a, &account), attributes).await
         }
     };
-    assert!(can("r".to_string(), "list").await);
+    assert!(can(reader.clone(), "list").await);
     let identity = kind.release_identity(&bed);
     assert!(!can(identity.clone(), "list").await);
     assert!(!can(identity, "get").await);

@@ -182,13 +182,21 @@ impl Footprint {
             .collect()
     }
 
-    /// The cluster-scoped objects a release at `place` is granted by name, as `(kind, name)`.
+    /// The cluster-scoped objects a release at `place` is granted by name, as `(kind, name,
+    /// whether the name follows the release)`: a name the chart fixes is the same for every
+    /// release (its `crds/`), one that follows the release is what its name makes of it.
     pub fn claims<'a>(
         &'a self,
         place: &'a ReleasePlace,
-    ) -> impl Iterator<Item = (&'a ResolvedKind, String)> + 'a {
+    ) -> impl Iterator<Item = (&'a ResolvedKind, String, bool)> + 'a {
         let objects = self.cluster.objects.iter();
-        objects.flat_map(move |(kind, names)| names.iter().map(move |n| (kind, place.fill(n))))
+        objects.flat_map(move |(kind, names)| {
+            names.iter().map(move |pattern| {
+                let name = place.fill(pattern);
+                let follows = name != *pattern;
+                (kind, name, follows)
+            })
+        })
     }
 
     /// The cluster-wide rules that installing the chart as `releases` needs: `create` on each

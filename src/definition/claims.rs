@@ -2,9 +2,10 @@
 //! after the release, and a tenant chooses the release's name: a release named `cluster-admin`
 //! would be granted `escalate`, `bind` and `update` on ClusterRole `cluster-admin`. So before
 //! granting, each name a release would be granted is checked: one that is reserved
-//! ([`crate::bundle::power::reserved_object`]), or that an object already has which is not
-//! that release's (by Helm's own ownership annotations), gets that release nothing, and the
-//! definition's status says why. A name whose kind the operator may not list is left to Helm,
+//! ([`crate::bundle::power::reserved_object`]), or that follows the release and that an object
+//! already has which is not that release's (by Helm's own ownership annotations), gets that
+//! release nothing, and the definition's status says why. A name the chart fixes (its `crds/`)
+//! is the same whatever the release is named, and is left to Helm. A name whose kind the operator may not list is left to Helm,
 //! which never takes over an object of another release.
 
 use std::collections::BTreeMap;
@@ -35,7 +36,10 @@ type Holders = BTreeMap<String, Option<(String, String)>>;
 pub async fn check(client: &Client, footprint: &Footprint, releases: Vec<ReleasePlace>) -> Claims {
     let mut holders: BTreeMap<&ResolvedKind, Option<Holders>> = BTreeMap::new();
     if !releases.is_empty() {
-        for kind in footprint.cluster.objects.keys() {
+        // Only kinds with names that follow the release (a placeholder opens with `{`).
+        let objects = footprint.cluster.objects.iter();
+        let following = objects.filter(|(_, names)| names.iter().any(|n| n.contains('{')));
+        for (kind, _) in following {
             holders.insert(kind, existing(client, kind).await);
         }
     }
@@ -44,9 +48,9 @@ pub async fn check(client: &Client, footprint: &Footprint, releases: Vec<Release
         refused: Vec::new(),
     };
     for place in releases {
-        let taken = footprint.claims(&place).find_map(|(kind, name)| {
+        let taken = footprint.claims(&place).find_map(|(kind, name, follows)| {
             let known = holders.get(kind).and_then(Option::as_ref);
-            refusal(kind, &name, known, &place)
+            refusal(kind, (&name, follows), known, &place)
         });
         match taken {
             None => claims.kept.push(place),
@@ -60,16 +64,20 @@ pub async fn check(client: &Client, footprint: &Footprint, releases: Vec<Release
     claims
 }
 
-/// Why `place` may not be granted `name` of `kind`, given who holds the existing names
-/// (`None`: not known).
+/// Why `place` may not be granted `name` of `kind` (and whether the name follows the release),
+/// given who holds the existing names (`None`: not known). A name the chart fixes is no
+/// release's choice: only one that follows the release can be made to meet another's object.
 fn refusal(
     kind: &ResolvedKind,
-    name: &str,
+    (name, follows): (&str, bool),
     holders: Option<&Holders>,
     place: &ReleasePlace,
 ) -> Option<String> {
     if reserved_object(&kind.group, &kind.plural, name) {
         return Some(format!("{kind} {name}, which is reserved"));
+    }
+    if !follows {
+        return None;
     }
     match holders?.get(name)? {
         Some((namespace, release))
@@ -151,21 +159,33 @@ mod tests {
         ]
         .into();
         let web = place("web");
-        assert_eq!(refusal(&kind, "web-reader", Some(&holders), &web), None);
-        assert_eq!(refusal(&kind, "new-reader", Some(&holders), &web), None);
-        assert_eq!(refusal(&kind, "new-reader", None, &web), None);
+        let follows = |name| (name, true);
         assert_eq!(
-            refusal(&kind, "db-reader", Some(&holders), &web).unwrap(),
+            refusal(&kind, follows("web-reader"), Some(&holders), &web),
+            None
+        );
+        assert_eq!(
+            refusal(&kind, follows("new-reader"), Some(&holders), &web),
+            None
+        );
+        assert_eq!(refusal(&kind, follows("new-reader"), None, &web), None);
+        assert_eq!(
+            refusal(&kind, ("ops", false), Some(&holders), &web),
+            None,
+            "a name the chart fixes, the same for every release"
+        );
+        assert_eq!(
+            refusal(&kind, follows("db-reader"), Some(&holders), &web).unwrap(),
             "clusterroles.rbac.authorization.k8s.io db-reader, which exists and belongs to \
              release db in namespace team-b"
         );
         assert_eq!(
-            refusal(&kind, "ops", Some(&holders), &web).unwrap(),
+            refusal(&kind, follows("ops"), Some(&holders), &web).unwrap(),
             "clusterroles.rbac.authorization.k8s.io ops, which exists and belongs to no release"
         );
         for reserved in ["cluster-admin", "admin", "system:masters", "compositor:x:y"] {
             assert!(
-                refusal(&kind, reserved, None, &place(reserved)).is_some(),
+                refusal(&kind, (reserved, false), None, &place(reserved)).is_some(),
                 "{reserved}"
             );
         }
