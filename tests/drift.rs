@@ -364,6 +364,38 @@ async fn a_fight_with_another_writer_ends_in_drift_conflict() {
     );
 }
 
+#[tokio::test]
+async fn a_fight_over_a_role_ends_in_drift_conflict_with_the_role_as_rendered() {
+    let app = Running::start("drift-role-fight", json!({})).await;
+    let roles = Api::<ClusterRole>::all(app.fixture.client.clone());
+    let name = format!("{}-drift-reader", app.app.name);
+    let params = PatchParams {
+        field_manager: Some("intruder".into()),
+        ..PatchParams::default()
+    };
+    let everything = json!({"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]});
+    let rendered = || async {
+        let role = roles.get(&name).await.unwrap();
+        let rules = serde_json::to_value(role.rules.unwrap_or_default()).unwrap();
+        rules == json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}])
+    };
+    for round in 0..4 {
+        roles
+            .patch(&name, &params, &Patch::Merge(&everything))
+            .await
+            .unwrap();
+        app.until(&format!("the role restored, round {round}"), rendered)
+            .await;
+    }
+    // (A role's rules are one atomic list, whose writer the finding does not name.)
+    app.until("a DriftConflict", || async {
+        let ready = reason_of(&app.status().await, "Ready");
+        ready.starts_with("DriftConflict") && ready.contains(&name)
+    })
+    .await;
+    assert!(rendered().await, "the role is left as rendered");
+}
+
 /// Fifty compositions idle through three resyncs: their drift watches tell nothing, and the
 /// controller writes nothing and runs no Helm.
 #[tokio::test]

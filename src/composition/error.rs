@@ -132,7 +132,7 @@ pub enum Error {
     Drift(String),
     /// An object was corrected again and again: another writer changes it back each time.
     #[error(
-        "{0}, corrected too often: another writer changes it back each time, so it is left as it is; stop that writer, or list the fields in the definition's spec.drift.ignore"
+        "{0}, corrected too often: another writer changes it back each time, so it is corrected no more (a role or binding is left as rendered, anything else as it is); stop that writer, or list the fields in the definition's spec.drift.ignore"
     )]
     DriftConflict(String),
     /// The finalizer helper failed.

@@ -9,7 +9,8 @@
 //! `spec.drift` says what then happens: the same apply for real (`Correct`), no write
 //! (`Report`), or nothing at all (`Ignore`). Helm's record is never written and no revision is
 //! made; an object corrected again and again within [`CONFLICT_WINDOW`] is left as it is, as a
-//! `DriftConflict` naming the other writer. The watch event of a correction's own write is no
+//! `DriftConflict` naming the other writer, but for a role or binding, which is restored once
+//! more first: a widened grant is never what is left. The watch event of a correction's own write is no
 //! drift (`own_writes`), so a correction costs one reconcile, not two.
 
 mod connections;
@@ -196,12 +197,26 @@ pub(super) async fn settle(
             .drift_corrections
             .too_many(&uid, &finding.object)
         {
+            // A role or binding is never left as the other writer made it, which may grant
+            // anything: it is restored once more, and the fight is left to whoever the
+            // conflict names.
+            if grants_rights(document) {
+                object.correct(release, live.as_ref()).await?;
+            }
             return Err(Error::DriftConflict(finding.to_string()));
         }
         object.correct(release, live.as_ref()).await?;
         settled.corrected.push(finding);
     }
     Ok(settled)
+}
+
+/// Whether `document` is RBAC: a role or a binding, whose drift is a change of who may do what.
+fn grants_rights(document: &RenderedDocument) -> bool {
+    document
+        .object
+        .api_version
+        .starts_with("rbac.authorization.k8s.io/")
 }
 
 /// One suspect of a release: what Helm recorded of it and how it is read and applied.
