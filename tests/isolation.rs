@@ -625,6 +625,56 @@ async fn an_oversized_render_is_stalled_and_the_other_compositions_stay_ready() 
     }
 }
 
+#[tokio::test]
+async fn renders_that_loop_are_stopped_by_their_cpu_time_and_another_tenant_installs() {
+    let bed = Bed::new("iso-spin").await;
+    let name = support::unique("spin");
+    let url = support::publish_chart(
+        &name,
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+            ),
+            ("values.yaml", "spin: 1\n"),
+            (
+                "templates/cm.yaml",
+                "{{- range until (int .Values.spin) }}{{ range until (int $.Values.spin) }}{{ end }}{{ end }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata: {spun: 'yes'}\n",
+            ),
+        ],
+    );
+    let kind = bed.kind("spin", &url, json!({})).await;
+    let (team_a, tenant_a) = bed.tenant("tenant-a", &kind, None).await;
+    let (team_b, tenant_b) = bed.tenant("tenant-b", &kind, None).await;
+    // Nine hundred million turns of a template loop each, more than both engines could ever
+    // finish: each stops at its CPU time, and tenant-b's composition is installed meanwhile.
+    let loopers = ["loop-1", "loop-2", "loop-3"];
+    for looper in loopers {
+        kind.create(
+            &tenant_a,
+            &team_a,
+            looper,
+            json!({"spin": 30_000}),
+            json!({}),
+        )
+        .await;
+    }
+    kind.create(&tenant_b, &team_b, "calm", json!({}), json!({}))
+        .await;
+    kind.wait(&tenant_b, &team_b, "calm", "Ready").await;
+    let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &team_a);
+    for looper in loopers {
+        let status = kind
+            .wait(&tenant_a, &team_a, looper, "RenderTooLarge")
+            .await;
+        assert!(ready_message(&status).contains("CPU time"), "{status}");
+        assert!(
+            maps.get_opt(looper).await.unwrap().is_none(),
+            "nothing of {looper} written"
+        );
+    }
+}
+
 impl Kind {
     /// The name of the release identity, as which Helm runs in each release namespace.
     fn release_identity(&self, bed: &Bed) -> String {
