@@ -58,6 +58,9 @@ pub const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
 /// Kubernetes' own user-facing roles, which no bundle may escalate or bind without approval.
 pub const RESERVED_ROLES: [&str; 4] = ["cluster-admin", "admin", "edit", "view"];
 
+/// How the cluster-scoped objects of the operator's own installation are named.
+pub const OPERATOR_PREFIX: &str = "compositor-operator";
+
 /// The prefixes of the other roles no bundle may escalate or bind without approval:
 /// Kubernetes' own (`system:…`), compositor's bundles (`compositor:…`) and the operator's own
 /// (`compositor-operator:…`).
@@ -115,8 +118,11 @@ pub enum Power {
     UnnamedPower,
     /// `impersonate` of anything but compositor's release identities.
     Impersonation,
-    /// `escalate` or `bind` on a reserved role ([`reserved_role`]).
-    ReservedRole,
+    /// `escalate` or `bind` on a reserved role ([`reserved_role`]), or anything on an object
+    /// of the operator's own installation by name (its roles, its admission policies and their
+    /// bindings, all named `compositor-operator…`): a policy cannot protect itself, since
+    /// Kubernetes exempts admission objects from admission.
+    Reserved,
     /// `bind` on a role the same role may not `escalate`: one the chart binds without defining.
     ForeignRole,
     /// A code, read-sensitive or (written) write-sensitive resource on every name.
@@ -148,8 +154,12 @@ pub fn power(rule: &PolicyRule, role: &[PolicyRule], scope: Scope<'_>) -> Option
         Some(Power::UnnamedPower)
     } else if verb("impersonate") && !impersonates_release_identities(rule) {
         Some(Power::Impersonation)
-    } else if (verb("escalate") || verb("bind")) && has(&rule.resource_names, &reserved_role) {
-        Some(Power::ReservedRole)
+    } else if ((verb("escalate") || verb("bind")) && has(&rule.resource_names, &reserved_role))
+        || has(&rule.resource_names, &|name| {
+            name.starts_with(OPERATOR_PREFIX)
+        })
+    {
+        Some(Power::Reserved)
     } else if binds_foreign(rule, role) {
         Some(Power::ForeignRole)
     } else if !named(rule) && resources.into_iter().any(|r| sensitive(rule, r, scope)) {
@@ -263,6 +273,7 @@ mod tests {
     #[test]
     fn the_admission_policy_knows_the_same_lists() {
         let policy = include_str!("../../charts/compositor/templates/admission-policy.yaml");
+        assert!(policy.contains(&format!("n.startsWith('{OPERATOR_PREFIX}')")));
         for (name, list) in [
             ("codeResources", &CODE_RESOURCES[..]),
             ("readSensitiveResources", &READ_SENSITIVE_RESOURCES[..]),
