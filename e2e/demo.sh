@@ -66,7 +66,7 @@ PY
 run_controller() { deployment_runs "${2:-demo}" "$1"; }
 
 step "The Tenant chart (cert-manager v1.19.1) is published to the password-protected Helm repository"
-cp "$COMPOSITOR_REAL_CHARTS/cert-manager-v1.19.1.tgz" "$TESTBED_DIR/repo/"
+cp "$ROOT/testdata/real-charts/cert-manager-v1.19.1.tgz" "$TESTBED_DIR/repo/"
 "$HELM_BIN" repo index "$TESTBED_DIR/repo" >/dev/null
 for namespace in compositor-system demo; do
   kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

@@ -31,8 +31,6 @@ SERVICE_IP=10.0.0.1
 NODE=
 HOST_ADDR=127.0.0.1
 TOOLS=$TOOLS_BIN
-CORPUS=${COMPOSITOR_CORPUS:-$ROOT/../shared/testdata/corpus}
-REAL_CHARTS=${COMPOSITOR_REAL_CHARTS:-$ROOT/../shared/testdata/charts}
 
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -516,8 +514,6 @@ ENV
     echo "export COMPOSITOR_TEST_CHARTS=$DIR/charts" >>"$DIR/env"
     timed chart_repository
     timed oci_registry
-    [ -d "$CORPUS" ] && echo "export COMPOSITOR_CORPUS=$(cd "$CORPUS" && pwd)" >>"$DIR/env"
-    [ -d "$REAL_CHARTS" ] && echo "export COMPOSITOR_REAL_CHARTS=$(cd "$REAL_CHARTS" && pwd)" >>"$DIR/env"
   fi
   trap - EXIT
   log "up in $DIR"

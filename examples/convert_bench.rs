@@ -2,50 +2,30 @@
 //!
 //! `cargo run --release --example convert_bench` prints one row per chart (schema size, CRD
 //! size, warnings by keyword, conversion time), then the time of the largest schema and of all
-//! of them together; `-- --warnings` also lists every warning on stderr. The corpus folder is `COMPOSITOR_CORPUS`, else `../shared/testdata/corpus`.
+//! of them together; `-- --warnings` also lists every warning on stderr. The corpus is the one the
+//! tests read (`testdata/corpus/SOURCES.md`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use compositor::chart::{ChartMetadata, Package};
+use compositor::chart::Package;
 use compositor::crd::{self, BuildOptions};
 use compositor::schema::{self, ConvertOptions};
-use serde_json::Value;
+
+#[path = "../tests/corpus_support/charts.rs"]
+mod corpus;
 
 /// Conversions per schema; the mean is reported.
 const ROUNDS: u32 = 20;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::var_os("COMPOSITOR_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/corpus"));
-    let mut charts = Vec::new();
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
-        if !path.join("Chart.yaml").exists() {
-            continue;
-        }
-        let read = |f: &str| std::fs::read_to_string(path.join(f));
-        let metadata: ChartMetadata = serde_saphyr::from_str(&read("Chart.yaml")?)?;
-        let values: Value = serde_saphyr::from_str(&read("values.yaml")?)?;
-        let text = read("values.schema.json")?;
-        let schema: Value = serde_json::from_str(&text)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let package = Package {
-            metadata,
-            values,
-            values_text: String::new(),
-            schema: Some(schema),
-            templates: Vec::new(),
-            subcharts: Vec::new(),
-        };
-        charts.push((name, text.len(), package));
-    }
-    charts.sort_by(|a, b| a.0.cmp(&b.0));
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let charts: Vec<(String, usize, Package)> =
+        corpus::read(&testdata.join("corpus"), &testdata.join("published"))?
+            .into_iter()
+            .map(|c| (c.name, c.schema_bytes, c.package))
+            .collect();
 
     println!(
         "| chart | schema | CRD (YAML) | warnings by keyword | defaults dropped with applyDefaults | conversion |"

@@ -11,7 +11,7 @@
 //! bound to `cluster-admin`: an installer identity, not the admin's.
 //!
 //! - compositor: the operator applies the default Tenant definition's chart, cert-manager
-//!   v1.19.1 (`COMPOSITOR_REAL_CHARTS`, published into the test bed's HTTP repository as a .tgz
+//!   v1.19.1 (`testdata/real-charts`, published into the test bed's HTTP repository as a .tgz
 //!   URL, basic auth through a Secret), as a `Tenant` placed `{clusters: AllClusters, namespace:
 //!   CompositionName}`; its controller Deployment is run here as a kubelet would run it (its
 //!   ServiceAccount's token, its arguments, `--workers 4`, an empty chart cache); once the API
@@ -511,9 +511,11 @@ const KIND: &str = "Tenant";
 const PLURAL: &str = "tenants";
 const CONTROLLER: &str = "tenants-v1-19-1-controller";
 
-/// The cert-manager archive from the shared test data.
+/// The cert-manager archive of `testdata/real-charts`.
 fn tenant_chart() -> Result<PathBuf, Error> {
-    let path = Path::new(&env("COMPOSITOR_REAL_CHARTS")?).join(TENANT_ARCHIVE);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/real-charts")
+        .join(TENANT_ARCHIVE);
     if !path.is_file() {
         return Err(format!("{} is missing", path.display()).into());
     }

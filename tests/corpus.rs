@@ -1,4 +1,4 @@
-//! The corpus of real chart schemas (`../shared/testdata/corpus`): every schema converts into a
+//! The corpus of real chart schemas (`testdata/corpus`): every schema converts into a
 //! CRD that a real apiserver establishes, and every chart's own values.yaml, as the `spec` of a
 //! custom resource, is accepted and read back without losing a value.
 

@@ -1,4 +1,4 @@
-//! Inference measured on the corpus (`../shared/testdata/corpus`) with each chart's schema set
+//! Inference measured on the corpus (`testdata/corpus`) with each chart's schema set
 //! aside: the chart's own values.yaml is accepted with nothing pruned, and the inferred types
 //! agree with the declared ones on the fields both type (the table is printed).
 

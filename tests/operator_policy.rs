@@ -570,9 +570,7 @@ async fn delete_definition(
 /// granted what they need.
 #[tokio::test]
 async fn the_shipped_tenant_waits_for_its_approvals_and_runs_with_them() {
-    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
-        return;
-    };
+    let chart = support::real_chart("cert-manager-v1.19.1.tgz");
     let client = support::client().await;
     let namespace = support::namespace(&client, "policy-tenant").await;
     let served = std::path::Path::new(&support::env("TESTBED_DIR")).join("repo/real");

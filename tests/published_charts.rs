@@ -27,9 +27,7 @@ use support::definitions::{Fixture, helm_has, publish, wait_gone};
 
 /// A chart of `testdata/published`.
 fn published(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/published")
-        .join(file)
+    support::testdata("published").join(file)
 }
 
 /// An administrator's `helm install` of `chart` as `release` in a new namespace; the namespace.

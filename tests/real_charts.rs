@@ -2,8 +2,7 @@
 //! token: Krateo's fireworks-app 1.1.5 with its own values (an Argo `Application` in another
 //! namespace), cert-manager v1.19.1 as a `Tenant` in a namespace of its own (ClusterRoles,
 //! bindings, a kube-system Role, webhooks), and a chart with `crds/`. The real charts come from
-//! `../shared/testdata/charts` (required in CI); what the generated RBAC allows is asked of the
-//! real authorizer.
+//! `testdata/real-charts`; what the generated RBAC allows is asked of the real authorizer.
 
 mod support;
 
@@ -24,9 +23,7 @@ use support::definitions::{
 
 #[tokio::test]
 async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights() {
-    let Some(chart) = support::real_chart("fireworks-app-1.1.5.tgz") else {
-        return;
-    };
+    let chart = support::real_chart("fireworks-app-1.1.5.tgz");
     let fixture = Fixture::new("real-fw").await;
     for (group, version, kinds) in [
         ("argoproj.io", "v1alpha1", &["Application"][..]),
@@ -173,9 +170,7 @@ async fn krateos_fireworks_app_installs_with_its_own_values_and_no_more_rights()
 
 #[tokio::test]
 async fn cert_manager_is_a_tenant_in_a_namespace_of_its_own() {
-    let Some(chart) = support::real_chart("cert-manager-v1.19.1.tgz") else {
-        return;
-    };
+    let chart = support::real_chart("cert-manager-v1.19.1.tgz");
     let fixture = Fixture::new("real-cm").await;
     let definition = fixture
         .define(

@@ -1,13 +1,12 @@
-//! The corpus of real chart schemas (`../shared/testdata/corpus`), read for the tests that
+//! The corpus of real chart schemas (`testdata/corpus`, see `charts`), read for the tests that
 //! use it, and what the apiserver keeps of a value under a structural schema.
 
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use compositor::chart::{ChartMetadata, Package};
+use compositor::chart::Package;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
@@ -19,49 +18,18 @@ use serde_json::{Value, json};
 
 use crate::support;
 
-/// The corpus folder; `None` (skip) only outside CI.
-pub fn corpus_dir() -> Option<PathBuf> {
-    support::shared_testdata("COMPOSITOR_CORPUS", "corpus")
-}
+mod charts;
 
 /// Every chart of the corpus, read into a `Package` (Chart.yaml, values.yaml, schema).
 pub fn corpus() -> Vec<(String, Package)> {
-    let Some(dir) = corpus_dir() else {
-        return Vec::new();
-    };
-    let mut charts = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("read corpus") {
-        let path = entry.expect("corpus entry").path();
-        if !path.join("Chart.yaml").exists() {
-            continue;
-        }
-        let read = |f: &str| std::fs::read_to_string(path.join(f)).expect(f);
-        let metadata: ChartMetadata =
-            serde_saphyr::from_str(&read("Chart.yaml")).expect("Chart.yaml");
-        let values_text = read("values.yaml");
-        let values: Value = serde_saphyr::from_str(&values_text).expect("values.yaml");
-        let schema: Value =
-            serde_json::from_str(&read("values.schema.json")).expect("values.schema.json");
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        charts.push((
-            name,
-            Package {
-                metadata,
-                values,
-                values_text,
-                schema: Some(schema),
-                templates: Vec::new(),
-                subcharts: Vec::new(),
-            },
-        ));
-    }
-    charts.sort_by(|a, b| a.0.cmp(&b.0));
+    let corpus = support::testdata("corpus");
+    let charts = charts::read(&corpus, &support::testdata("published")).expect("read the corpus");
     assert!(
         charts.len() >= 14,
         "the corpus has at least 14 charts, found {}",
         charts.len()
     );
-    charts
+    charts.into_iter().map(|c| (c.name, c.package)).collect()
 }
 
 /// What the apiserver keeps of `value` under `schema`: unknown fields pruned, nulls of

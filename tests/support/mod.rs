@@ -151,37 +151,25 @@ pub fn packaged_chart(name: &str, version: &str) -> PathBuf {
     path
 }
 
-/// A folder of `../shared/testdata` (or the path in the environment `variable`, which the test
-/// bed sets). `None` (skip) only outside CI: in CI a missing folder fails the test.
-pub fn shared_testdata(variable: &str, folder: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os(variable)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/testdata")
-                .join(folder)
-        });
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing",
-        dir.display()
-    );
-    eprintln!("{} not found; skipped outside CI", dir.display());
-    None
+/// A folder of the repository's `testdata/`. The data is part of the checkout: a missing
+/// folder fails the test.
+pub fn testdata(folder: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(folder);
+    assert!(dir.is_dir(), "{} is missing", dir.display());
+    dir
 }
 
-/// A real packaged chart from `../shared/testdata/charts`; `None` (skip) only outside CI.
-pub fn real_chart(file: &str) -> Option<PathBuf> {
-    let path = shared_testdata("COMPOSITOR_REAL_CHARTS", "charts")?.join(file);
+/// A real packaged chart from `testdata/real-charts`.
+pub fn real_chart(file: &str) -> PathBuf {
+    let path = testdata("real-charts").join(file);
     assert!(
         path.is_file(),
         "the real chart {} is missing",
         path.display()
     );
-    Some(path)
+    path
 }
 
 /// Whether ServiceAccount `name` of `namespace` may do what `attributes` (a SubjectAccessReview's
