@@ -88,7 +88,7 @@ pub fn reserved_object(group: &str, resource: &str, name: &str) -> bool {
         ("", "namespaces") => name == "default" || is_system_namespace(name),
         _ => false,
     };
-    own || name.starts_with("system:") || name.starts_with("compositor-operator")
+    own || name.starts_with("system:") || name.starts_with(OPERATOR_PREFIX)
 }
 
 /// The prefix of the ServiceAccounts compositor makes to run Helm as (release identities), the
