@@ -29,6 +29,7 @@
 //! other calls work with Helm 3.8 and later. Helm runs with an empty environment, so a
 //! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
+mod cpu;
 mod error;
 mod manifest;
 mod post_render;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
+use super::cpu::cpu_spent;
 use super::error::{ran_out_of_memory, shorten};
 use super::process::{Limit, limit};
 use super::{ENGINE_DATA_LIMIT, ENGINE_GO_RUNTIME, Error, Output};
@@ -318,37 +319,6 @@ fn request_line(
     let mut line = serde_json::to_vec(&request).expect("strings serialize");
     line.push(b'\n');
     Ok(line)
-}
-
-/// How often a call's CPU time is looked at.
-const CPU_CHECK: Duration = Duration::from_millis(100);
-
-/// Returns once process `pid` has spent `limit` of CPU time more than when this was called
-/// (never, when its time cannot be read).
-async fn cpu_spent(pid: Option<u32>, limit: Duration) {
-    let start = pid.and_then(cpu_time);
-    let (Some(pid), Some(start)) = (pid, start) else {
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::time::sleep(CPU_CHECK).await;
-        if cpu_time(pid).is_some_and(|now| now.saturating_sub(start) >= limit) {
-            return;
-        }
-    }
-}
-
-/// The CPU time process `pid` has spent, user and system, from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name, in parentheses, may hold spaces; `utime` and `stime` are the 12th and
-    // 13th fields after it.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let mut ticks = || fields.next()?.parse::<u64>().ok();
-    let ticks = ticks()? + ticks()?;
-    // SAFETY: sysconf only reads a constant of the system.
-    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    Some(Duration::from_millis(ticks * 1000 / per_second.max(1)))
 }
 
 /// Stops engine `generation` of slot `index` once it has had no call for the idle time.
