@@ -8,23 +8,23 @@
 //! fields where the live object differs are the drift (`fields`). The definition's
 //! `spec.drift` says what then happens: the same apply for real (`Correct`), no write
 //! (`Report`), or nothing at all (`Ignore`). Helm's record is never written and no revision is
-//! made; an object corrected again and again within [`CONFLICT_WINDOW`] is left as it is, as a
+//! made; an object corrected again and again within the conflict window ([`Corrections`]) is left as it is, as a
 //! `DriftConflict` naming the other writer, but for a role or binding, which is restored once
 //! more first: a widened grant is never what is left. The watch event of a correction's own write is no
 //! drift (`own_writes`), so a correction costs one reconcile, not two.
 
 mod connections;
+mod corrections;
 mod fields;
 mod own_writes;
 mod seen;
 mod watches;
 
+pub(super) use corrections::Corrections;
 pub(super) use watches::{Watched, Watches};
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
@@ -38,11 +38,6 @@ use super::{Context, Error};
 use crate::api::{ClusterStatus, DRIFT_ANNOTATION, DriftMode, DriftSpec, ResourceRef};
 use crate::bundle::TypeRef;
 use crate::helm::{self, RenderedDocument, parse_documents};
-
-/// Corrections of one object within [`CONFLICT_WINDOW`] after which it is left as it is.
-const CONFLICT_LIMIT: usize = 3;
-/// See [`CONFLICT_LIMIT`].
-const CONFLICT_WINDOW: Duration = Duration::from_secs(600);
 
 /// One object that differs from what its release applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,31 +103,6 @@ impl Settled {
 
 /// Ends the drift line of an object put back.
 const RESTORED: &str = "; restored";
-
-/// Corrections per object (composition UID and object), within [`CONFLICT_WINDOW`].
-#[derive(Default)]
-pub(super) struct Corrections(Mutex<HashMap<(String, String), VecDeque<Instant>>>);
-
-impl Corrections {
-    /// Counts one more correction; whether that is one too many.
-    fn too_many(&self, uid: &str, object: &str) -> bool {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        // Corrections older than the window are forgotten, and so are objects with none left.
-        map.retain(|_, times| {
-            times.retain(|t| now.duration_since(*t) < CONFLICT_WINDOW);
-            !times.is_empty()
-        });
-        let times = map
-            .entry((uid.to_string(), object.to_string()))
-            .or_default();
-        if times.len() >= CONFLICT_LIMIT {
-            return true;
-        }
-        times.push_back(now);
-        false
-    }
-}
 
 /// The drift mode of `composition`: its definition's, or less active when the composition's
 /// [`DRIFT_ANNOTATION`] says so.
