@@ -15,9 +15,10 @@
 // Protocol: one JSON object per line each way.
 //
 //	request: {"args": ["upgrade", "--install", ...], "env": {"KUBECONFIG": "...", ...}}
-//	reply:   {"code": 0, "stdout": "...", "stderr": "..."}
+//	reply:   {"code": 0, "stdout": "...", "stderr": "...", "retained": 41943040}
 //
-// The engine exits when its standard input closes.
+// The engine exits when its standard input closes, and ends as Go's runtime does when memory
+// runs out once a call holds more live heap than HELM_ENGINE_CALL_HEAP bytes (memory.go).
 package main
 
 import (
@@ -42,11 +43,13 @@ type request struct {
 	Env  map[string]string `json:"env"`
 }
 
-// reply is what a helm process would have left: its output and its exit code.
+// reply is what a helm process would have left: its output and its exit code; and, after a
+// call that grew the heap, what the engine still holds (memory.go).
 type reply struct {
-	Code   int    `json:"code"`
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
+	Code     int    `json:"code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	Retained uint64 `json:"retained,omitempty"`
 }
 
 // The largest request line: a command line and an environment are a few KiB; values and
@@ -61,6 +64,7 @@ func main() {
 	// standard error instead, so that it cannot break a reply.
 	replies := json.NewEncoder(os.Stdout)
 	os.Stdout = os.Stderr
+	go watchHeap(callHeapLimit())
 
 	requests := bufio.NewScanner(os.Stdin)
 	requests.Buffer(make([]byte, 64<<10), maxRequest)
@@ -70,7 +74,10 @@ func main() {
 		if err := json.Unmarshal(requests.Bytes(), &call); err != nil {
 			answer.Stderr = fmt.Sprintf("Error: the engine cannot read the request: %v\n", err)
 		} else {
+			inCall.Store(true)
 			answer = run(call)
+			inCall.Store(false)
+			answer.Retained = giveBackHeap()
 		}
 		if err := replies.Encode(answer); err != nil {
 			fmt.Fprintf(os.Stderr, "helm-engine: cannot reply: %v\n", err)

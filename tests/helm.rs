@@ -349,7 +349,7 @@ async fn a_wrong_token_fails_without_showing_it() {
         );
     }
     // The resident engine, still running, was never handed the token but in the kubeconfig file.
-    let engines = running_engines();
+    let engines = support::child_processes("helm-engine");
     assert!(!engines.is_empty(), "a resident engine runs");
     for pid in engines {
         for what in ["cmdline", "environ"] {
@@ -360,22 +360,6 @@ async fn a_wrong_token_fails_without_showing_it() {
             );
         }
     }
-}
-
-/// The PIDs of the resident engines this test process runs.
-fn running_engines() -> Vec<String> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let parent = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_string));
-            stat.contains("(helm-engine)") && parent.as_deref() == Some(me.as_str())
-        })
-        .collect()
 }
 
 /// A `helm` that records its arguments, environment and kubeconfig mode, then runs the real one.

@@ -37,7 +37,7 @@ pub enum Error {
         message: String,
     },
     /// Helm ran out of the memory a call may take ([`super::ADDRESS_SPACE_LIMIT`] of address
-    /// space for a process, [`super::ENGINE_DATA_LIMIT`] of data for a resident engine).
+    /// space for a process, [`super::ENGINE_CALL_HEAP`] of live heap for a call in a resident engine).
     #[error(
         "helm {verb} ran out of memory: the chart's render with these values needs more than the {limit_mib} MiB a Helm call may take"
     )]
@@ -57,6 +57,17 @@ pub enum Error {
         verb: &'static str,
         /// The limit it reached, in seconds.
         seconds: f64,
+    },
+    /// The resident engine ended during the call for a reason other than memory: `how` says
+    /// how it exited, never what its crash report held (that goes to the log).
+    #[error(
+        "helm {verb} stopped: the Helm engine ended during the call ({how}); its report is in the controller's log"
+    )]
+    Crashed {
+        /// The helm subcommand.
+        verb: &'static str,
+        /// How it exited.
+        how: String,
     },
     /// Helm succeeded but printed something other than the JSON it documents.
     #[error("helm {verb} printed unexpected output")]
@@ -105,6 +116,7 @@ impl Error {
             Error::Timeout { .. } => "HelmTimeout",
             Error::OutOfMemory { .. } => "HelmOutOfMemory",
             Error::OutOfCpu { .. } => "HelmOutOfCpu",
+            Error::Crashed { .. } => "HelmCrashed",
             Error::Failed { .. } | Error::Output { .. } => "HelmFailed",
         }
     }

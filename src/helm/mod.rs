@@ -29,7 +29,6 @@
 //! other calls work with Helm 3.8 and later. Helm runs with an empty environment, so a
 //! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
-mod cpu;
 mod error;
 mod manifest;
 mod post_render;
@@ -37,6 +36,7 @@ mod process;
 mod release;
 mod resident;
 mod storage;
+mod usage;
 mod workspace;
 
 pub use error::Error;
@@ -77,15 +77,28 @@ const GO_MEMORY_LIMIT: &str = "384MiB";
 const GO_GC_PERCENT: &str = "400";
 /// Go's settings for a Helm process, which it reads as it starts.
 const GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", GO_MEMORY_LIMIT), ("GOGC", GO_GC_PERCENT)];
-/// The memory a resident engine may write (`RLIMIT_DATA`: heap and stacks, not the address
-/// space Go reserves, which a long-lived process fills more of). An engine idles at about
-/// 90 MiB resident, and cert-manager's render fits in 192 MiB of data; a render that values blow
-/// up stops its engine instead, so that [`ENGINES`] engines and the controller stay within the
-/// pod's 512 MiB.
-const ENGINE_DATA_LIMIT: u64 = 192 << 20;
+/// The live heap one call in a resident engine may hold, as Go's collector measures it (the
+/// engine ends as if out of memory past it, see `helm-engine/memory.go`). The largest published
+/// charts tried hold under 50 MiB at their peak (kyverno 3.9.0, whose render is 5.6 MiB of
+/// YAML); a render that values blow up stops its engine instead, so that [`ENGINES`] engines and
+/// the controller stay within the pod's 512 MiB.
+const ENGINE_CALL_HEAP: u64 = 160 << 20;
+/// The memory a resident engine may write at all (`RLIMIT_DATA`: heap, stacks and what Go
+/// keeps of its largest heap), a backstop well above [`ENGINE_CALL_HEAP`]: the address space Go
+/// keeps grows with the largest renders an engine served, so it is no measure of one call.
+const ENGINE_DATA_LIMIT: u64 = 320 << 20;
+/// The data size past which a resident engine stops after its call, so that the next call
+/// starts with a fresh one well within [`ENGINE_DATA_LIMIT`]. A fresh engine's data is some
+/// 35 MiB; after a render of kyverno, some 270 MiB with a resident size of 180.
+const ENGINE_RECYCLE_DATA: u64 = 256 << 20;
+/// The live heap an engine may keep between calls before it stops: Helm keeps some of every
+/// call (some 6 MiB of each render of kyverno), which would count against later calls. A fresh
+/// engine keeps some 14 MiB after a render of kyverno; the engine measures it only after a call
+/// whose heap passed 64 MiB, since measuring costs a full collection.
+const ENGINE_RETAINED_HEAP: u64 = 48 << 20;
 /// Go's settings for the resident engine: its collector works hard well below
-/// [`ENGINE_DATA_LIMIT`].
-const ENGINE_GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", "144MiB"), ("GOGC", GO_GC_PERCENT)];
+/// [`ENGINE_CALL_HEAP`], so that garbage does not count against a call.
+const ENGINE_GO_RUNTIME: [(&str, &str); 2] = [("GOMEMLIMIT", "128MiB"), ("GOGC", GO_GC_PERCENT)];
 /// The CPU time one Helm call may take. An install of cert-manager, the largest chart tried,
 /// takes well under a second of it in an engine; a template that loops is stopped here, so that
 /// one composition's templates hold an engine, and the compositions waiting for one, for no
@@ -200,7 +213,14 @@ impl Engine {
     /// Calls served by the resident engine `helm_engine` (see `helm-engine/`), started with the
     /// first call and stopped when idle.
     pub fn resident(helm_engine: PathBuf, timeout: Duration, metrics: Arc<Metrics>) -> Self {
-        let resident = Resident::new(helm_engine, ENGINES, ENGINE_IDLE, CALL_CPU_LIMIT);
+        let limits = resident::Limits {
+            cpu: CALL_CPU_LIMIT,
+            heap: ENGINE_CALL_HEAP,
+            data: ENGINE_DATA_LIMIT,
+            recycle_at: ENGINE_RECYCLE_DATA,
+            retained: ENGINE_RETAINED_HEAP,
+        };
+        let resident = Resident::new(helm_engine, ENGINES, ENGINE_IDLE, limits);
         Engine::with_runner(Runner::Resident(resident), timeout, metrics)
     }
 
@@ -466,7 +486,10 @@ impl Engine {
                 let env = [&env[..], &go[..]].concat();
                 process::run(binary, verb, &args, &env, self.timeout).await?
             }
-            Runner::Resident(resident) => resident.run(verb, &args, &env, self.timeout).await?,
+            Runner::Resident(resident) => {
+                let share = namespace_of(&args).unwrap_or_default();
+                resident.run(verb, &args, &env, share, self.timeout).await?
+            }
         };
         if output.success {
             Ok(output.stdout)
@@ -481,6 +504,12 @@ impl Engine {
             })
         }
     }
+}
+
+/// The namespace a call names (`--namespace`), which engines are shared out by.
+fn namespace_of(args: &[OsString]) -> Option<&str> {
+    let at = args.iter().position(|arg| arg == "--namespace")?;
+    args.get(at + 1)?.to_str()
 }
 
 /// Whether a `helm version --short` (`v4.3.1+gc0d08d0`) is Helm 4 or later, which has

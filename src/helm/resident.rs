@@ -11,9 +11,23 @@
 //! caller gives up, stops its engine at once, as a `helm` process would be killed; the next call
 //! starts a new one. So does a call that spends more than its CPU time: a template that loops
 //! would otherwise hold an engine, and every composition waiting for one, until the timeout.
+//!
+//! A call is bounded by what it uses, not by what its engine used before it. The engine ends a
+//! call whose live heap passes [`Limits::heap`] (`helm-engine/memory.go`); its data limit is a
+//! backstop. Go never gives its heap's address space back, and Helm keeps a little of every
+//! call, so an engine whose data or retained heap has grown past [`Limits`] after a call stops
+//! (the next call starts a fresh one), and a call whose engine dies after serving others is run
+//! once more in a fresh engine before its death is told. Engines are shared out among the release
+//! namespaces in turn ([`FairGate`]), so one namespace's renders, however many, delay
+//! another's by at most one call's CPU time per engine.
+//!
+//! An engine's death is told by how it exited — Go's runtime ends a process with status 2 on a
+//! fatal error, the kernel's out-of-memory killer with `SIGKILL` — and named by the first line
+//! of Go's report; the rest of the report, registers and goroutines, goes to the log only.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, Weak};
@@ -22,10 +36,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use super::cpu::cpu_spent;
-use super::error::{ran_out_of_memory, shorten};
+use super::error::ran_out_of_memory;
 use super::process::{Limit, limit};
-use super::{ENGINE_DATA_LIMIT, ENGINE_GO_RUNTIME, Error, Output};
+use super::usage::{cpu_spent, data_size};
+use super::{ENGINE_GO_RUNTIME, Error, Output};
+use crate::runtime::FairGate;
 
 /// Lines of the engine's own standard error kept to explain its end.
 const STDERR_LINES: usize = 20;
@@ -59,14 +74,28 @@ impl Tail {
     }
 }
 
+/// What a call, and an engine, may take.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// The CPU time one call may take.
+    pub cpu: Duration,
+    /// The live heap one call may hold (the engine measures it).
+    pub heap: u64,
+    /// The data an engine may write at all (`RLIMIT_DATA`).
+    pub data: u64,
+    /// The data size past which an engine stops after its call.
+    pub recycle_at: u64,
+    /// The live heap an engine may keep between calls: Helm keeps a little of every call.
+    pub retained: u64,
+}
+
 /// Engines, each started when needed.
 pub(super) struct Resident {
     binary: PathBuf,
     idle: Duration,
-    /// The CPU time one call may take.
-    cpu_limit: Duration,
-    /// A permit per engine: calls wait here for a free one.
-    free: tokio::sync::Semaphore,
+    limits: Limits,
+    /// A permit per engine: calls wait here for a free one, release namespaces in turn.
+    free: FairGate,
     slots: Vec<tokio::sync::Mutex<Slot>>,
 }
 
@@ -86,6 +115,8 @@ struct Running {
     /// A request was sent and its reply not read: the call was cut short.
     mid_call: bool,
     last_call: Instant,
+    /// Calls it has answered.
+    served: u32,
 }
 
 #[derive(serde::Serialize)]
@@ -99,55 +130,79 @@ struct Reply {
     code: i32,
     stdout: String,
     stderr: String,
+    /// The live heap the engine still holds after a call that grew it (0: not measured).
+    #[serde(default)]
+    retained: u64,
 }
 
 impl Resident {
     /// At most `engines` engines run from `binary`, each stopped after `idle` without a call,
-    /// or as soon as a call has taken `cpu_limit` of its CPU time.
+    /// as soon as a call passes one of its `limits`, or after a call that left its data larger
+    /// than they allow.
     pub(super) fn new(
         binary: PathBuf,
         engines: usize,
         idle: Duration,
-        cpu_limit: Duration,
+        limits: Limits,
     ) -> Arc<Self> {
         Arc::new(Resident {
             binary,
             idle,
-            cpu_limit,
-            free: tokio::sync::Semaphore::new(engines),
+            limits,
+            free: FairGate::new(engines),
             slots: (0..engines).map(|_| Default::default()).collect(),
         })
     }
 
     /// Runs one helm command line with exactly `env`, within `timeout` (waiting for the calls
-    /// before it included).
+    /// before it included), as one of the calls for release namespace `share`.
     pub(super) async fn run(
         self: &Arc<Self>,
         verb: &'static str,
         args: &[OsString],
         env: &[(&'static str, OsString)],
+        share: &str,
         timeout: Duration,
     ) -> Result<Output, Error> {
         let request = request_line(verb, args, env)?;
-        tokio::time::timeout(timeout, self.exchange(verb, &request))
+        tokio::time::timeout(timeout, self.exchange(verb, &request, share))
             .await
             .map_err(|_| Error::Timeout { verb, timeout })?
     }
 
+    /// Sends the request to a free engine; if that engine dies after serving other calls, once
+    /// more to a fresh one, so that what decides is what this call needs.
     async fn exchange(
         self: &Arc<Self>,
         verb: &'static str,
         request: &[u8],
+        share: &str,
     ) -> Result<Output, Error> {
-        let _permit = self
-            .free
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let _permit = self.free.enter(share).await;
         let (index, slot) = self.free_slot().await;
         let mut slot = Held(slot);
+        loop {
+            match self.exchange_once(index, &mut slot, verb, request).await {
+                Err(Death { served, error }) if served > 0 => {
+                    tracing::info!(%error, served, "the Helm engine ended after serving other calls; the call runs again in a fresh one");
+                }
+                outcome => return outcome.map_err(|death| death.error),
+            }
+        }
+    }
+
+    async fn exchange_once(
+        self: &Arc<Self>,
+        index: usize,
+        slot: &mut Held<'_>,
+        verb: &'static str,
+        request: &[u8],
+    ) -> Result<Output, Death> {
         if slot.engine.is_none() {
-            slot.engine = Some(self.start(verb)?);
+            let started = self
+                .start(verb)
+                .map_err(|error| Death { served: 0, error })?;
+            slot.engine = Some(started);
             slot.generation += 1;
             tokio::spawn(stop_when_idle(Arc::downgrade(self), index, slot.generation));
         }
@@ -156,16 +211,23 @@ impl Resident {
         let pid = engine.child.id();
         let reply = tokio::select! {
             reply = engine.call(request) => reply,
-            () = cpu_spent(pid, self.cpu_limit) => {
+            () = cpu_spent(pid, self.limits.cpu) => {
                 // Left mid-call, the engine is stopped as the slot is let go.
-                let seconds = self.cpu_limit.as_secs_f64();
-                return Err(Error::OutOfCpu { verb, seconds });
+                let seconds = self.limits.cpu.as_secs_f64();
+                return Err(Death { served: 0, error: Error::OutOfCpu { verb, seconds } });
             }
         };
         match reply {
             Ok(reply) => {
                 engine.mid_call = false;
                 engine.last_call = Instant::now();
+                engine.served += 1;
+                let data = pid.and_then(data_size).unwrap_or(0);
+                if data > self.limits.recycle_at || reply.retained > self.limits.retained {
+                    let (data_mib, retained_mib) = (data >> 20, reply.retained >> 20);
+                    tracing::debug!(data_mib, retained_mib, "the Helm engine stops, grown");
+                    slot.engine = None;
+                }
                 Ok(Output {
                     success: reply.code == 0,
                     stdout: reply.stdout,
@@ -174,7 +236,9 @@ impl Resident {
             }
             Err(failure) => {
                 let engine = slot.engine.take().expect("called above");
-                Err(engine.ended(verb, failure).await)
+                let served = engine.served;
+                let error = engine.ended(verb, failure, &self.limits).await;
+                Err(Death { served, error })
             }
         }
     }
@@ -199,11 +263,12 @@ impl Resident {
         command
             .env_clear()
             .envs(ENGINE_GO_RUNTIME)
+            .env("HELM_ENGINE_CALL_HEAP", self.limits.heap.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        limit(&mut command, Limit::Data, ENGINE_DATA_LIMIT);
+        limit(&mut command, Limit::Data, self.limits.data);
         let mut child = command
             .spawn()
             .map_err(|source| Error::Spawn { verb, source })?;
@@ -221,6 +286,7 @@ impl Resident {
             stderr: tail,
             mid_call: false,
             last_call: Instant::now(),
+            served: 0,
         })
     }
 }
@@ -266,23 +332,84 @@ impl Running {
         }
     }
 
-    /// Why the engine failed a call, once it has ended (it is killed if it has not).
-    async fn ended(mut self, verb: &'static str, failure: String) -> Error {
-        let _ = self.child.start_kill();
-        let status = self.child.wait().await;
+    /// Why the engine failed a call, once it has ended (it is killed if it has not within a
+    /// second): told by how it exited, and named by the first line of what it reported.
+    async fn ended(mut self, verb: &'static str, failure: String, limits: &Limits) -> Error {
+        let status = match tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => {
+                let _ = self.child.start_kill();
+                let _ = self.child.wait().await;
+                None
+            }
+        };
         // Its standard error closes as it exits.
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
-        let stderr = lock(&self.stderr).text();
-        if ran_out_of_memory(&stderr) {
-            let limit_mib = ENGINE_DATA_LIMIT >> 20;
-            return Error::OutOfMemory { verb, limit_mib };
+        let report = lock(&self.stderr).text();
+        let death = Exit::of(status, &report);
+        tracing::warn!(verb, %failure, exit = %death, report, "the Helm engine ended during a call");
+        match death {
+            Exit::OutOfMemory => Error::OutOfMemory {
+                verb,
+                limit_mib: limits.heap >> 20,
+            },
+            Exit::Crashed(how) => Error::Crashed { verb, how },
         }
-        let status = status.map_or_else(|error| error.to_string(), |status| status.to_string());
-        Error::Failed {
-            verb,
-            message: shorten(&format!(
-                "the Helm engine failed ({failure}; {status}): {stderr}"
-            )),
+    }
+}
+
+/// A call's engine ended: how, and how many calls it had answered before.
+struct Death {
+    served: u32,
+    error: Error,
+}
+
+/// How an engine that ended during a call exited.
+#[derive(Debug, PartialEq)]
+enum Exit {
+    /// Go's runtime could not get memory within the engine's data limit (status 2 and its
+    /// words), or the kernel killed it (`SIGKILL`, which only the out-of-memory killer sends an
+    /// engine that this side did not stop).
+    OutOfMemory,
+    /// Anything else, described without the report's details.
+    Crashed(String),
+}
+
+impl Exit {
+    /// The exit `status` (none: it did not exit, and was killed), with the engine's `report`.
+    fn of(status: Option<std::process::ExitStatus>, report: &str) -> Exit {
+        let Some(status) = status else {
+            return Exit::Crashed("it stopped answering and was killed".into());
+        };
+        // Only the kind of report is told: its text may quote what the render held.
+        let kind = || {
+            let line = report
+                .lines()
+                .find(|line| line.starts_with("fatal error:") || line.starts_with("panic:"))?;
+            Some(if line.contains("stack overflow") {
+                "its render recursed past Go's stack limit"
+            } else if line.starts_with("panic:") {
+                "it panicked outside a call"
+            } else {
+                "Go's runtime stopped it with a fatal error"
+            })
+        };
+        match (status.code(), status.signal()) {
+            (Some(2), _) if ran_out_of_memory(report) => Exit::OutOfMemory,
+            (_, Some(libc::SIGKILL)) => Exit::OutOfMemory,
+            (Some(2), _) => Exit::Crashed(kind().unwrap_or("it exited with status 2").into()),
+            (Some(code), _) => Exit::Crashed(format!("it exited with status {code}")),
+            (None, Some(signal)) => Exit::Crashed(format!("it was ended by signal {signal}")),
+            (None, None) => Exit::Crashed(status.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::OutOfMemory => f.write_str("out of memory"),
+            Exit::Crashed(how) => f.write_str(how),
         }
     }
 }
@@ -374,15 +501,19 @@ mod tests {
     use super::*;
 
     /// A stand-in engine that answers each call with its PID, sleeps on a call naming `hang`,
-    /// spins on one naming `spin` and runs out of memory on one naming `die`.
+    /// spins on one naming `spin`, runs out of memory on one naming `die` (on one naming
+    /// `fragile`, only once it has served a call) and crashes with a register dump on `crash`.
     fn stand_in(dir: &std::path::Path) -> PathBuf {
         let script = dir.join("helm-engine");
         std::fs::write(
             &script,
-            "#!/bin/sh\nwhile IFS= read -r line; do\n  case \"$line\" in\n    \
+            "#!/bin/sh\nserved=0\nwhile IFS= read -r line; do\n  case \"$line\" in\n    \
              *'\"hang\"'*) sleep 30 ;;\n    \
              *'\"spin\"'*) while :; do :; done ;;\n    \
-             *'\"die\"'*) echo 'fatal error: runtime: cannot allocate memory' >&2; seq 100 >&2; exit 2 ;;\n  esac\n  \
+             *'\"die\"'*) echo 'fatal error: runtime: cannot allocate memory' >&2; seq 100 >&2; exit 2 ;;\n    \
+             *'\"fragile\"'*) [ $served -eq 0 ] || { echo 'fatal error: out of memory' >&2; exit 2; } ;;\n    \
+             *'\"crash\"'*) echo 'fatal error: unexpected signal during runtime execution' >&2; echo 'rip 0x4a3b2c secret-value' >&2; exit 2 ;;\n  esac\n  \
+             served=$((served + 1))\n  \
              printf '{\"code\":0,\"stdout\":\"%s\",\"stderr\":\"\"}\\n' $$\ndone\n",
         )
         .unwrap();
@@ -391,17 +522,33 @@ mod tests {
         script
     }
 
-    /// The CPU time a call of the stand-in may take.
-    const CPU: Duration = Duration::from_millis(300);
+    /// What a call of the stand-in may take: its engines are recycled after no call.
+    const LIMITS: Limits = Limits {
+        cpu: Duration::from_millis(300),
+        heap: 64 << 20,
+        data: 1 << 30,
+        recycle_at: u64::MAX,
+        retained: u64::MAX,
+    };
+
+    /// Engines of the stand-in.
+    fn resident(dir: &std::path::Path, idle: Duration) -> Arc<Resident> {
+        Resident::new(stand_in(dir), 1, idle, LIMITS)
+    }
 
     /// The PID of the engine that answered `word`, or the call's error.
     async fn call(resident: &Arc<Resident>, word: &str) -> Result<String, Error> {
+        call_for(resident, "team", word).await
+    }
+
+    /// The same, as a call for release namespace `share`.
+    async fn call_for(resident: &Arc<Resident>, share: &str, word: &str) -> Result<String, Error> {
         let args = [OsString::from(word)];
         let env = [("HOME", OsString::from("/nonexistent"))];
         // A script just written may be busy for a moment when another test forks meanwhile.
         for attempt in 1.. {
             match resident
-                .run("test", &args, &env, Duration::from_secs(2))
+                .run("test", &args, &env, share, Duration::from_secs(5))
                 .await
             {
                 Err(Error::Spawn { .. }) if attempt < 5 => {
@@ -435,7 +582,7 @@ mod tests {
     #[tokio::test]
     async fn calls_share_one_engine_until_it_is_idle_then_a_new_one_starts() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_millis(500), CPU);
+        let resident = resident(dir.path(), Duration::from_millis(500));
         let first = call(&resident, "a").await.unwrap();
         assert_eq!(call(&resident, "b").await.unwrap(), first);
         tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -449,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_times_out_stops_its_engine_at_once_and_the_next_call_starts_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
+        let resident = resident(dir.path(), Duration::from_secs(60));
         let first = call(&resident, "a").await.unwrap();
         let error = call(&resident, "hang").await.unwrap_err();
         assert!(matches!(error, Error::Timeout { .. }), "{error}");
@@ -463,7 +610,7 @@ mod tests {
     #[tokio::test]
     async fn an_engine_that_dies_fails_its_call_with_the_reason_and_is_replaced() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
+        let resident = resident(dir.path(), Duration::from_secs(60));
         let first = call(&resident, "a").await.unwrap();
         let error = call(&resident, "die").await.unwrap_err();
         assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
@@ -473,7 +620,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_spends_its_cpu_time_stops_its_engine_before_its_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), CPU);
+        let resident = resident(dir.path(), Duration::from_secs(60));
         let first = call(&resident, "a").await.unwrap();
         // Within the call's timeout of 2 s, which would give a Timeout instead.
         let error = call(&resident, "spin").await.unwrap_err();
@@ -483,5 +630,108 @@ mod tests {
             "stopped at once"
         );
         assert_ne!(call(&resident, "b").await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_call_its_engines_history_would_fail_runs_again_in_a_fresh_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let resident = resident(dir.path(), Duration::from_secs(60));
+        let first = call(&resident, "a").await.unwrap();
+        let answered = call(&resident, "fragile").await.unwrap();
+        assert_ne!(answered, first, "a fresh engine answered");
+        // A fresh engine that dies too tells the death.
+        let error = call(&resident, "die").await.unwrap_err();
+        assert!(matches!(error, Error::OutOfMemory { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_engine_grown_past_its_recycling_size_stops_after_its_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            recycle_at: 0,
+            ..LIMITS
+        };
+        let resident = Resident::new(stand_in(dir.path()), 1, Duration::from_secs(60), limits);
+        let first = call(&resident, "a").await.unwrap();
+        assert!(resident.slots[0].lock().await.engine.is_none(), "stopped");
+        assert_ne!(call(&resident, "b").await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_crash_is_told_by_how_the_engine_exited_and_none_of_its_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let resident = resident(dir.path(), Duration::from_secs(60));
+        let error = call(&resident, "crash").await.unwrap_err();
+        let Error::Crashed { how, .. } = &error else {
+            panic!("{error}");
+        };
+        assert_eq!(how, "Go's runtime stopped it with a fatal error");
+        let message = error.to_string();
+        assert!(
+            !message.contains("0x4a3b2c") && !message.contains("secret-value"),
+            "{message}"
+        );
+        assert!(call(&resident, "a").await.is_ok(), "replaced");
+    }
+
+    #[test]
+    fn an_exit_is_classified_by_its_status_then_its_words() {
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::ExitStatus;
+        let code = |code: i32| Some(ExitStatus::from_raw(code << 8));
+        let memory = "runtime: out of memory: cannot allocate 4194304-byte block\nfatal error: out of memory\n\ngoroutine 1";
+        assert_eq!(Exit::of(code(2), memory), Exit::OutOfMemory);
+        let killed = Some(ExitStatus::from_raw(libc::SIGKILL));
+        assert_eq!(
+            Exit::of(killed, ""),
+            Exit::OutOfMemory,
+            "the kernel's killer"
+        );
+        // The words alone do not make it memory: a helm error quoting them exits 1.
+        assert_eq!(
+            Exit::of(code(1), memory),
+            Exit::Crashed("it exited with status 1".into())
+        );
+        let overflow = "runtime: goroutine stack exceeds 1000000000-byte limit\nfatal error: stack overflow\n\nrax 0x0";
+        assert_eq!(
+            Exit::of(code(2), overflow),
+            Exit::Crashed("its render recursed past Go's stack limit".into())
+        );
+        assert_eq!(
+            Exit::of(None, ""),
+            Exit::Crashed("it stopped answering and was killed".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn engines_go_to_release_namespaces_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let resident = resident(dir.path(), Duration::from_secs(60));
+        let finished = Arc::new(Mutex::new(Vec::new()));
+        let mut calls = Vec::new();
+        for (share, word) in [
+            ("busy", "spin"),
+            ("busy", "spin"),
+            ("busy", "spin"),
+            ("busy", "spin"),
+            ("quiet", "a"),
+        ] {
+            let (resident, finished) = (resident.clone(), finished.clone());
+            calls.push(tokio::spawn(async move {
+                let _ = call_for(&resident, share, word).await;
+                lock(&finished).push(share);
+            }));
+            // Each call waits before the next one asks.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for call in calls {
+            call.await.unwrap();
+        }
+        let finished = lock(&finished).clone();
+        assert_eq!(
+            finished,
+            ["busy", "busy", "quiet", "busy", "busy"],
+            "the quiet namespace waits for one turn of the busy one, not for all of its renders"
+        );
     }
 }

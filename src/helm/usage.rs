@@ -1,5 +1,6 @@
-//! A process's CPU time, read from `/proc`, so that a call to a resident engine can be bounded
-//! by the CPU time it takes as a `helm` process is by `RLIMIT_CPU`.
+//! What a process uses, read from `/proc`: its CPU time, so that a call to a resident engine can
+//! be bounded by the CPU time it takes as a `helm` process is by `RLIMIT_CPU`, and its data
+//! size, which an engine's `RLIMIT_DATA` bounds.
 
 use std::time::Duration;
 
@@ -19,6 +20,17 @@ pub(super) async fn cpu_spent(pid: Option<u32>, limit: Duration) {
             return;
         }
     }
+}
+
+/// The size of process `pid`'s data (`VmData` of `/proc/<pid>/status`: its private writable
+/// mappings, which `RLIMIT_DATA` counts), in bytes.
+pub(super) fn data_size(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmData:"))?;
+    let kib = line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+    Some(kib << 10)
 }
 
 /// The CPU time process `pid` has spent, user and system, from `/proc/<pid>/stat`.

@@ -161,6 +161,24 @@ pub fn testdata(folder: &str) -> PathBuf {
     dir
 }
 
+/// The PIDs of this test process's running children named `name` (as `/proc/<pid>/stat` names
+/// them: the first 15 bytes of the program's file name).
+pub fn child_processes(name: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let command = format!("({name})");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_string));
+            stat.contains(&command) && parent.as_deref() == Some(me.as_str())
+        })
+        .collect()
+}
+
 /// A real packaged chart from `testdata/real-charts`.
 pub fn real_chart(file: &str) -> PathBuf {
     let path = testdata("real-charts").join(file);
