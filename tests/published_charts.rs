@@ -9,12 +9,16 @@
 //!   composition with no values at all installs, as Helm does;
 //! - crossplane, whose default render writes ClusterRoles that aggregate others (which only
 //!   cluster-admin may write): the definition says so, one line per role, before any API is
-//!   served, and never fails a first install with advice that cannot help.
+//!   served, and never fails a first install with advice that cannot help;
+//! - external-secrets 2.9.0 and argo-cd 10.1.1 (from `testdata/real-charts`), whose renders
+//!   need more memory than a long-serving engine had left, and traefik 41.3.0: each installs
+//!   through compositor with its default values as it does by an administrator's `helm
+//!   install`, and the two times are printed side by side.
 
 mod support;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -32,17 +36,90 @@ fn published(file: &str) -> PathBuf {
 
 /// An administrator's `helm install` of `chart` as `release` in a new namespace; the namespace.
 async fn admin_install(client: &kube::Client, chart: &std::path::Path, release: &str) -> String {
+    timed_admin_install(client, chart, release).await.0
+}
+
+/// The same, with the time `helm install` took.
+async fn timed_admin_install(
+    client: &kube::Client,
+    chart: &std::path::Path,
+    release: &str,
+) -> (String, Duration) {
     let namespace = support::namespace(client, release).await;
     let helm = support::Helm::new();
     let chart = chart.to_str().unwrap();
+    let started = Instant::now();
     helm.ok(&["install", release, chart, "-n", &namespace], None);
+    let took = started.elapsed();
     let status = helm.ok(&["status", release, "-n", &namespace, "-o", "json"], None);
     let status: Value = serde_json::from_str(&status).unwrap();
     assert_eq!(
         status["info"]["status"], "deployed",
         "the baseline: {status}"
     );
-    namespace
+    (namespace, took)
+}
+
+/// Installs real chart `file` by an administrator's `helm install`, then (once that release is
+/// gone: these charts write objects of fixed names) through compositor as a composition with
+/// no values; both releases write the same kinds of objects. The two times are printed.
+async fn installs_as_helm_does(file: &str, plural: &str) {
+    let chart = support::real_chart(file);
+    let fixture = Fixture::new(&format!("pub-{}", &plural[..plural.len().min(6)])).await;
+    let helm = support::Helm::new();
+    let baseline = support::unique(&format!("{plural}-admin"));
+    let (baseline_namespace, by_helm) =
+        timed_admin_install(&fixture.client, &chart, &baseline).await;
+    let kinds = |manifest: &str| -> Vec<String> {
+        let mut kinds: Vec<String> = manifest
+            .lines()
+            .filter_map(|line| line.strip_prefix("kind: "))
+            .map(str::to_string)
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let manifest = |release: &str, namespace: &str| {
+        helm.ok(&["get", "manifest", release, "-n", namespace], None)
+    };
+    let theirs = kinds(&manifest(&baseline, &baseline_namespace));
+    helm.ok(
+        &["uninstall", &baseline, "-n", &baseline_namespace, "--wait"],
+        None,
+    );
+
+    let definition = fixture.define(plural, &publish(&chart), json!({})).await;
+    let started = Instant::now();
+    let installed = fixture.ready_with_no_values(definition, plural).await;
+    let through_compositor = started.elapsed();
+    let (name, team) = (installed.name.as_str(), installed.namespace.as_str());
+    assert_eq!(
+        kinds(&manifest(name, team)),
+        theirs,
+        "{file}: the same objects"
+    );
+    println!(
+        "{file}: helm install {:.1} s, through compositor {:.1} s (its controller started, the composition created and Ready)",
+        by_helm.as_secs_f64(),
+        through_compositor.as_secs_f64()
+    );
+    wait_gone(&installed.compositions, name).await;
+    assert!(!helm_has(name, team), "the release is uninstalled");
+}
+
+#[tokio::test]
+async fn external_secrets_installs_as_helm_does() {
+    installs_as_helm_does("external-secrets-2.9.0.tgz", "secretstores").await;
+}
+
+#[tokio::test]
+async fn argo_cd_installs_as_helm_does() {
+    installs_as_helm_does("argo-cd-10.1.1.tgz", "argocds").await;
+}
+
+#[tokio::test]
+async fn traefik_installs_as_helm_does() {
+    installs_as_helm_does("traefik-41.3.0.tgz", "traefiks").await;
 }
 
 #[tokio::test]

@@ -148,6 +148,11 @@ impl Error {
         let render_failure = error.is_render_failure();
         let rejected = error.is_rejected();
         let forbidden = error.is_forbidden();
+        if withhold && forbidden {
+            // The administrator's to read, not the tenant's: the request the cluster refused
+            // (verb, resource, name, the template that asked) holds no content of the cluster.
+            tracing::warn!(%step, refusal = %error, "the cluster refused a request of the render; Helm's words are withheld from the composition");
+        }
         let error = match withhold {
             true => error.withheld(),
             false => error,
@@ -159,8 +164,12 @@ impl Error {
         } else if rejected {
             Error::Rejected(step, crate::runtime::error_message(&error))
         } else if forbidden {
+            let log = match withhold {
+                true => "; the request refused is in the controller's log",
+                false => "",
+            };
             Error::PermissionsMissing(format!(
-                "{step} was refused: {}",
+                "{step} was refused: {}{log}",
                 crate::runtime::error_message(&error)
             ))
         } else {

@@ -169,8 +169,8 @@ fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet
 
 /// What a release may write, checked before Helm writes any of it: objects only in the
 /// namespaces [`writable_namespaces`] gives `target`, bindings only to their ServiceAccounts,
-/// workloads that run as none of compositor's identities, and, on the management cluster, ClusterRoles that grant no more than the chart's own do
-/// with its default values.
+/// workloads that run as none of compositor's identities, and, on every cluster, ClusterRoles
+/// that grant no more than the chart's own do with its default values.
 pub(super) async fn check_render(
     context: &Context,
     reach: &Reach,
@@ -203,7 +203,9 @@ pub(super) async fn check_render(
         return Err(Error::IdentityNotAllowed(borrowed.join(", ")));
     }
     let renders_cluster_roles = documents.iter().any(|d| d.object.kind == "ClusterRole");
-    if reach.is_local() && renders_cluster_roles {
+    // On a registered cluster too: the registrant's identity may hold more than the chart
+    // needs, so what bounds a release there is the same reference role.
+    if renders_cluster_roles {
         let reference = chart_role_rules(context).await?;
         let excessive = excessive_roles(documents, &reference);
         if !excessive.is_empty() {
