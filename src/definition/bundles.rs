@@ -270,7 +270,8 @@ fn controller_bundle(
 /// Asks, before the CRD version is applied, for the approval of what its controller would be
 /// granted once compositions exist: the bundle as it would be for one release, whose name and
 /// namespace stay placeholders. Lines that name a release's own objects can be approved only
-/// per release, so they are asked when that release exists ([`apply`]).
+/// per release, so they are asked when that release exists ([`apply`]); those of the chart's
+/// bindings to subjects that need approval keep their patterns, and are asked now.
 pub(super) async fn approve_ahead(
     definition: &CompositionDefinition,
     context: &Context,
@@ -296,8 +297,11 @@ pub(super) async fn approve_ahead(
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-    let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
+    let definition = definition_ref(definition);
+    let mut needed = bundle.grants_needing_approval(&definition);
     needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
+    // A binding's line keeps its patterns: it is approved once for every release.
+    needed.extend(bundle.binding_grants(&definition));
     require_approval(context, &resource.version, needed).await
 }
 
