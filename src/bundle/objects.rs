@@ -144,10 +144,11 @@ impl<'a> Shared<'a> {
             let definition = super::definition_key(self.definition).to_string();
             let releases = &self.controller.permissions.releases;
             let listed = subjects::bindings_annotation(&definition, &bindings, releases);
-            metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
+            let annotations = metadata.annotations.get_or_insert_default();
+            annotations.insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
+            if let Some(operator) = &self.controller.permissions.operator {
+                annotations.insert(subjects::OPERATOR_ANNOTATION.to_string(), operator.clone());
+            }
         }
         ClusterRole {
             metadata,

@@ -22,6 +22,10 @@ use super::power::RELEASE_IDENTITY_PREFIX;
 /// The reference role's annotation that lists the approved bindings.
 pub const BINDINGS_ANNOTATION: &str = "compositor.dev/bindings";
 
+/// The reference role's annotation that names the operator (its username) whose approvals
+/// its bindings are: the operator's admission policy lets it name only itself.
+pub const OPERATOR_ANNOTATION: &str = "compositor.dev/operator";
+
 /// Subjects no line can admit, of any kind but ServiceAccount: the cluster's administrators,
 /// and whoever is not authenticated.
 pub const REFUSED_SUBJECTS: [&str; 3] = [
@@ -385,5 +389,10 @@ mod tests {
             );
         }
         assert!(policy.contains(&format!("'{BINDINGS_ANNOTATION}'")));
+        // Each installation's policies ask only their own operator, which names only itself.
+        let own = include_str!("../../charts/compositor/templates/admission-policy.yaml");
+        for policy in [policy, own] {
+            assert!(policy.contains(&format!("'{OPERATOR_ANNOTATION}'")));
+        }
     }
 }
