@@ -196,7 +196,7 @@ control_plane() {
 package_charts() {
   mkdir -p "$DIR/charts"
   local helm=("$TOOLS/helm")
-  for chart in fireworks-app tenant-addon plain optional-kind with-crds; do
+  for chart in fireworks-app tenant-addon plain optional-kind with-crds proxier; do
     "${helm[@]}" package "$ROOT/testdata/charts/$chart" -d "$DIR/charts" >/dev/null
   done
   "${helm[@]}" package "$ROOT/testdata/charts/fireworks-app" --version 1.1.6 -d "$DIR/charts" >/dev/null

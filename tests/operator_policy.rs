@@ -929,6 +929,21 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
             "subjects": [subject],
         }))
     };
+    // Whether a user or a group is approved is asked of this installation's operator, by this
+    // installation's own policy: wait until it is enforced (another installation's, which
+    // refuses the ClusterRole above too, leaves this definition's bindings to it).
+    let user = json!({"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"});
+    let as_identity_bindings = Api::<ClusterRoleBinding>::all(as_identity.clone().into_client());
+    support::eventually(
+        "the release policy refuses a chart binding to a user",
+        std::time::Duration::from_secs(30),
+        || async {
+            dry_run_create(&as_identity_bindings, &chart_binding(user.clone()))
+                .await
+                .is_err_and(|status| status.message.contains("ValidatingAdmissionPolicy"))
+        },
+    )
+    .await;
     for writer in [as_identity.clone().into_client(), as_controller] {
         let bindings = Api::<ClusterRoleBinding>::all(writer);
         dry_run_create(
@@ -938,11 +953,7 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
         .await
         .expect("a binding to the chart's own workload");
         for (what, subject) in [
-            (
-                "a user",
-                json!({"kind": "User", "name": "mallory",
-                              "apiGroup": "rbac.authorization.k8s.io"}),
-            ),
+            ("a user", user.clone()),
             (
                 "a group",
                 json!({"kind": "Group", "name": "system:authenticated",
@@ -974,4 +985,293 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
             .await
             .expect("delete role");
     }
+}
+
+/// Ready's reason and message of composition `name`, once it has one.
+async fn composition_ready(api: &Api<DynamicObject>, name: &str) -> Option<(String, String)> {
+    let object = api.get_opt(name).await.ok()??;
+    let conditions = object.data["status"]["conditions"].as_array()?.clone();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+    Some((
+        ready["reason"].as_str()?.to_string(),
+        ready["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// A chart shaped like sealed-secrets (`testdata/charts/proxier`) binds a Role on its own
+/// Service's proxy to the Group `system:authenticated`. Its definition waits for the approval
+/// of that binding's line; once approved a composition installs with the binding, while one
+/// whose values bind the role to another group, or to `system:masters`, is refused before Helm
+/// writes anything; and the release policy refuses the same bindings written with the release
+/// identity's token, or the controller's, while it admits the approved one.
+#[tokio::test]
+async fn a_chart_binds_a_group_only_as_approved_and_values_never_choose_the_subject() {
+    let client = support::client().await;
+    let Installation {
+        namespace,
+        operator,
+        ..
+    } = installation(&client, "policy-subjects").await;
+    let url = support::definitions::publish(&support::packaged_chart("proxier", "0.1.0"));
+    let spec = json!({
+        "chart": {"url": url, "credentials": {
+            "username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+            "passwordRef": {"name": "repo-password", "key": "password"}}},
+    });
+    support::apply_definition(&client, &namespace, "sealed", spec).await;
+    let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
+    let message = approval_required(&definitions, "sealed", || operator.output()).await;
+    let line = format!(
+        "{namespace}/sealed namespaced: RoleBinding {{namespace}}/{{fullname:proxier}}-service-proxier \
+         binds Role {{fullname:proxier}}-service-proxier to Group system:authenticated"
+    );
+    assert_eq!(
+        message.lines().skip(1).collect::<Vec<_>>(),
+        [line.as_str()],
+        "the binding's line, and nothing else: {message}"
+    );
+    assert!(
+        definitions
+            .get("sealed")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .crd
+            .is_none(),
+        "nothing is served before the approval"
+    );
+
+    let approval = support::unique("approve-sealed");
+    approve(&client, &namespace, &approval, std::slice::from_ref(&line)).await;
+    wait_for(
+        "the definition is Ready once approved",
+        || operator.output(),
+        || async {
+            condition(&definitions, "sealed", "Ready")
+                .await
+                .is_some_and(|(status, _, _)| status == "True")
+        },
+    )
+    .await;
+    let status = definitions.get("sealed").await.unwrap().status.unwrap();
+    let crd = status.crd.expect("the definition's CRD");
+    let version = crd.stored_version.clone();
+    let controller_name = format!("{}-{version}-controller", crd.plural);
+    let cache = tempfile::tempdir().unwrap();
+    let controller_args = [
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ];
+    let controller =
+        support::deployment_runs(&client, &namespace, &controller_name, &controller_args).await;
+    let log = || format!("{}\n{}", operator.output(), controller.output());
+
+    let team = support::namespace(&client, "policy-subjects-team").await;
+    let compositions = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &team,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&crd.group, &version, &crd.kind),
+            &crd.plural,
+        ),
+    );
+    let subject =
+        |kind: &str, name: &str| json!({"proxier": {"subject": {"kind": kind, "name": name}}});
+    for (name, spec) in [
+        ("web", json!({})),
+        ("devs", subject("Group", "developers")),
+        ("masters", subject("Group", "system:masters")),
+    ] {
+        let composition: DynamicObject = object(json!({
+            "apiVersion": format!("{}/{version}", crd.group), "kind": &crd.kind,
+            "metadata": {"name": name}, "spec": spec,
+        }));
+        compositions
+            .create(&PostParams::default(), &composition)
+            .await
+            .expect("composition");
+    }
+    for (name, reason) in [
+        ("web", "Ready"),
+        ("devs", "BindingNotAllowed"),
+        ("masters", "BindingNotAllowed"),
+    ] {
+        wait_for(&format!("{name} ends {reason}"), log, || async {
+            composition_ready(&compositions, name)
+                .await
+                .is_some_and(|(r, _)| r == reason)
+        })
+        .await;
+    }
+    let role_bindings = Api::<RoleBinding>::namespaced(client.clone(), &team);
+    let installed = role_bindings
+        .get("web-proxier-service-proxier")
+        .await
+        .expect("the approved binding is installed");
+    let subjects = installed.subjects.unwrap_or_default();
+    assert_eq!(
+        subjects
+            .iter()
+            .map(|s| format!("{} {}", s.kind, s.name))
+            .collect::<Vec<_>>(),
+        ["Group system:authenticated"]
+    );
+    let (_, devs) = composition_ready(&compositions, "devs").await.unwrap();
+    assert!(
+        devs.contains(&format!(
+            "RoleBinding {team}/devs-proxier-service-proxier binds Role \
+             devs-proxier-service-proxier to Group developers"
+        )) && devs.contains(&line),
+        "the refusal names the binding and the approved line: {devs}"
+    );
+    let (_, masters) = composition_ready(&compositions, "masters").await.unwrap();
+    assert!(
+        masters.contains("no approval can admit Group system:masters"),
+        "{masters}"
+    );
+    for refused in ["devs", "masters"] {
+        assert!(
+            !support::definitions::helm_has(refused, &team),
+            "Helm wrote nothing for {refused}"
+        );
+        assert!(
+            role_bindings
+                .get_opt(&format!("{refused}-proxier-service-proxier"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    // The same bindings written directly, as the release identity and as the controller: the
+    // approved one is admitted, another subject of the same binding is not.
+    let identity = format!("compositor.{namespace}.{}-{version}", crd.plural);
+    let binding = |subject: Value| -> RoleBinding {
+        object(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "web-proxier-service-proxier", "namespace": &team},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "web-proxier-service-proxier"},
+            "subjects": [subject],
+        }))
+    };
+    let group = |name: &str| json!({"kind": "Group", "name": name, "apiGroup": "rbac.authorization.k8s.io"});
+    let writers = [
+        support::installed::service_account_client(&team, &identity).await,
+        support::installed::service_account_client(&namespace, &controller_name).await,
+    ];
+    for writer in writers {
+        let bindings = Api::<RoleBinding>::namespaced(writer, &team);
+        let dry_run_apply = async |binding: &RoleBinding| -> Result<(), kube::core::Status> {
+            let params = PatchParams::apply("helm").dry_run().force();
+            match bindings
+                .patch(
+                    "web-proxier-service-proxier",
+                    &params,
+                    &Patch::Apply(binding),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) => Err(*status),
+                Err(error) => panic!("dry-run apply: {error}"),
+            }
+        };
+        dry_run_apply(&binding(group("system:authenticated")))
+            .await
+            .expect("the approved binding");
+        for (what, subject) in [
+            ("another group", group("developers")),
+            ("system:masters", group("system:masters")),
+            (
+                "a user",
+                json!({"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"}),
+            ),
+        ] {
+            assert_refused_by_policy(
+                &format!("the approved binding to {what}"),
+                dry_run_apply(&binding(subject)).await,
+            );
+        }
+    }
+    // The reference role names this installation's operator, whose approvals its bindings are;
+    // the operator may name no other.
+    let reference_name = format!("compositor:{namespace}:{}-{version}:chart", crd.plural);
+    let reference = Api::<ClusterRole>::all(client.clone())
+        .get(&reference_name)
+        .await
+        .expect("the reference role");
+    let username = format!("system:serviceaccount:{namespace}:{RELEASE}");
+    let annotations = reference.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get("compositor.dev/operator"), Some(&username));
+    assert!(annotations["compositor.dev/bindings"].starts_with(&line));
+    let as_operator = Api::<ClusterRole>::all(operator_client(&namespace).await);
+    let naming = |operator: &str| -> ClusterRole {
+        let mut metadata = bundle_metadata(&reference_name, &format!("{namespace}/sealed"));
+        metadata["annotations"]["compositor.dev/operator"] = json!(operator);
+        object(json!({"metadata": metadata, "rules": []}))
+    };
+    assert_refused_by_policy(
+        "the operator naming another operator on a reference role",
+        dry_run_patch(
+            &as_operator,
+            &reference_name,
+            serde_json::to_value(naming("system:serviceaccount:other:compositor")).unwrap(),
+        )
+        .await,
+    );
+    dry_run_patch(
+        &as_operator,
+        &reference_name,
+        serde_json::to_value(naming(&username)).unwrap(),
+    )
+    .await
+    .expect("the operator naming itself");
+
+    // Without the approval, the release policy refuses even the binding the chart makes: it
+    // asks the authorizer on every write.
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .delete(&approval, &Default::default())
+        .await
+        .expect("withdraw the approval");
+    let as_identity = Api::<RoleBinding>::namespaced(
+        support::installed::service_account_client(&team, &identity).await,
+        &team,
+    );
+    support::eventually(
+        "the release policy refuses the binding once its approval is withdrawn",
+        std::time::Duration::from_secs(30),
+        || async {
+            let params = PatchParams::apply("helm").dry_run().force();
+            let written = as_identity
+                .patch(
+                    "web-proxier-service-proxier",
+                    &params,
+                    &Patch::Apply(&binding(group("system:authenticated"))),
+                )
+                .await;
+            matches!(written, Err(kube::Error::Api(status))
+                if status.message.contains("ValidatingAdmissionPolicy"))
+        },
+    )
+    .await;
+    for name in ["web", "devs", "masters"] {
+        compositions
+            .delete(name, &Default::default())
+            .await
+            .expect("delete");
+    }
+    wait_for("the compositions are gone", log, || async {
+        compositions
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    delete_definition(&definitions, "sealed", || operator.output()).await;
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 
 use super::Bundle;
 use super::power::{Scope, is_system_namespace, needs_approval};
+use super::subjects::SubjectBinding;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// The virtual resource an approval grants `approve` on, in [`crate::api::GROUP`].
@@ -29,14 +30,11 @@ pub const APPROVE_VERB: &str = "approve";
 /// `team/tenant in kube-system: verbs=get,update apiGroups=coordination.k8s.io resources=leases
 /// resourceNames=controller`. Lists keep the rule's order; empty ones are left out.
 pub fn grant(definition: &str, rule: &PolicyRule, scope: Scope<'_>) -> String {
-    let place = match scope {
-        Scope::Cluster => "cluster-wide".to_string(),
-        Scope::Namespace(namespace) if is_system_namespace(namespace) => {
-            format!("in {namespace}")
-        }
-        Scope::Namespace(_) => "namespaced".to_string(),
-    };
-    let mut line = format!("{definition} {place}: verbs={}", rule.verbs.join(","));
+    let mut line = format!(
+        "{definition} {}: verbs={}",
+        place(scope),
+        rule.verbs.join(",")
+    );
     for (key, list) in [
         ("apiGroups", &rule.api_groups),
         ("resources", &rule.resources),
@@ -50,8 +48,38 @@ pub fn grant(definition: &str, rule: &PolicyRule, scope: Scope<'_>) -> String {
     line
 }
 
+/// Where a line's grant applies: `cluster-wide`, `in <kube-* namespace>` or `namespaced`.
+fn place(scope: Scope<'_>) -> String {
+    match scope {
+        Scope::Cluster => "cluster-wide".to_string(),
+        Scope::Namespace(namespace) if is_system_namespace(namespace) => {
+            format!("in {namespace}")
+        }
+        Scope::Namespace(_) => "namespaced".to_string(),
+    }
+}
+
+/// The line that approves `binding` (names as the footprint keeps them) for the definition
+/// `definition`, placed as a rule of the binding's scope is, e.g. `team/sealed namespaced:
+/// RoleBinding {namespace}/{release}-service-proxier binds Role {release}-service-proxier to
+/// Group system:authenticated`.
+pub fn binding_grant(definition: &str, binding: &SubjectBinding) -> String {
+    let scope = match &binding.namespace {
+        Some(namespace) => Scope::Namespace(namespace),
+        None => Scope::Cluster,
+    };
+    format!("{definition} {}: {binding}", place(scope))
+}
+
 impl Bundle {
-    /// The grant lines of every rule of this bundle that needs approval, once each, sorted.
+    /// The grant lines of the bindings of this bundle's chart to subjects that need approval.
+    pub fn binding_grants(&self, definition: &str) -> BTreeSet<String> {
+        let bindings = self.subject_bindings.iter();
+        bindings.map(|b| binding_grant(definition, b)).collect()
+    }
+
+    /// The grant lines of every rule of this bundle that needs approval, and of every binding
+    /// to a subject that does ([`Bundle::binding_grants`]), once each, sorted.
     pub fn grants_needing_approval(&self, definition: &str) -> BTreeSet<String> {
         let cluster = [
             &self.cluster_role,
@@ -81,6 +109,7 @@ impl Bundle {
                 }
             }
         }
+        lines.extend(self.binding_grants(definition));
         lines
     }
 }
@@ -115,6 +144,35 @@ mod tests {
              resources=leases resourceNames=controller"
         );
         let metrics = rule(json!({"nonResourceURLs": ["/metrics", "/healthz"], "verbs": ["get"]}));
+        let proxier = SubjectBinding::parse(
+            "RoleBinding {namespace}/{release}-service-proxier binds Role \
+             {release}-service-proxier to Group system:authenticated",
+        )
+        .unwrap();
+        assert_eq!(
+            binding_grant("team/sealed", &proxier),
+            "team/sealed namespaced: RoleBinding {namespace}/{release}-service-proxier binds \
+             Role {release}-service-proxier to Group system:authenticated"
+        );
+        let leases = SubjectBinding::parse(
+            "RoleBinding kube-system/{release}-leases binds Role leases to User alice",
+        )
+        .unwrap();
+        assert_eq!(
+            binding_grant("team/sealed", &leases),
+            "team/sealed in kube-system: RoleBinding kube-system/{release}-leases binds Role \
+             leases to User alice"
+        );
+        let delegator = SubjectBinding::parse(
+            "ClusterRoleBinding {release}-auth binds ClusterRole system:auth-delegator to \
+             Group developers",
+        )
+        .unwrap();
+        assert_eq!(
+            binding_grant("team/sealed", &delegator),
+            "team/sealed cluster-wide: ClusterRoleBinding {release}-auth binds ClusterRole \
+             system:auth-delegator to Group developers"
+        );
         assert_eq!(
             grant("team/tenant", &metrics, Scope::Cluster),
             "team/tenant cluster-wide: verbs=get nonResourceURLs=/metrics,/healthz"

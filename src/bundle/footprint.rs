@@ -9,6 +9,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::naming::{NAMESPACE, PROBE_NAMESPACE, Probe, ReleasePlace};
 use super::rules::{HELM_VERBS, kind_rules, rule};
+use super::subjects::{Subject, SubjectBinding};
 use super::{ResolvedKind, TypeRef};
 use crate::api::{NamespaceFootprint, VersionFootprint};
 use crate::helm::RenderedDocument;
@@ -22,6 +23,10 @@ pub struct Footprint {
     pub namespaces: BTreeMap<String, NamespaceUse>,
     /// Use of the cluster scope.
     pub cluster: ClusterUse,
+    /// The chart's bindings to subjects other than ServiceAccounts of the namespaces it writes
+    /// into: users, groups, other namespaces' accounts. Each needs an administrator's approval
+    /// ([`super::subjects`]).
+    pub bindings: BTreeSet<SubjectBinding>,
 }
 
 /// What a chart writes in one namespace.
@@ -79,6 +84,13 @@ impl Footprint {
             .map(|d| pattern(&d.object.name))
             .collect();
         for document in documents {
+            if is_rbac(document, "RoleBinding") || is_rbac(document, "ClusterRoleBinding") {
+                let namespace =
+                    (document.object.kind == "RoleBinding").then(|| namespace_of(document));
+                footprint
+                    .bindings
+                    .extend(subject_bindings(document, namespace, probe));
+            }
             let Some(kind) = resolved.get(&type_ref(document)) else {
                 continue;
             };
@@ -124,6 +136,17 @@ impl Footprint {
                 }
             }
         }
+        let own: BTreeSet<String> = footprint
+            .namespaces
+            .keys()
+            .cloned()
+            .chain([NAMESPACE.to_string()])
+            .collect();
+        footprint.bindings.retain(|binding| {
+            let subject = &binding.subject;
+            subject.kind != "ServiceAccount"
+                || !subject.namespace.as_ref().is_some_and(|n| own.contains(n))
+        });
         let release_namespace = footprint.namespaces.entry(NAMESPACE.into()).or_default();
         release_namespace.kinds.extend(
             literal
@@ -312,6 +335,41 @@ fn type_ref(document: &RenderedDocument) -> TypeRef {
 
 fn is_rbac(document: &RenderedDocument, kind: &str) -> bool {
     document.object.kind == kind && type_ref(document).group() == RBAC_GROUP
+}
+
+/// Each subject of a rendered binding, with names as patterns: a RoleBinding's in `namespace`,
+/// a ServiceAccount's in the binding's namespace unless it names its own.
+fn subject_bindings(
+    document: &RenderedDocument,
+    namespace: Option<String>,
+    probe: &Probe,
+) -> Vec<SubjectBinding> {
+    let body = &document.body;
+    let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+    let subjects = body["subjects"].as_array().into_iter().flatten();
+    subjects
+        .map(|subject| {
+            let kind = text(&subject["kind"]);
+            let account_namespace = match subject["namespace"].as_str() {
+                Some(own) => Some(probe.pattern(own)),
+                None => namespace.clone(),
+            };
+            SubjectBinding {
+                kind: document.object.kind.clone(),
+                namespace: namespace.clone(),
+                name: probe.pattern(&document.object.name),
+                role_kind: text(&body["roleRef"]["kind"]),
+                role: probe.pattern(&text(&body["roleRef"]["name"])),
+                subject: Subject {
+                    namespace: (kind == "ServiceAccount")
+                        .then_some(account_namespace)
+                        .flatten(),
+                    name: probe.pattern(&text(&subject["name"])),
+                    kind,
+                },
+            }
+        })
+        .collect()
 }
 
 /// The namespace pattern of a namespaced object (no namespace means the release's).

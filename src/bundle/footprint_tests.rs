@@ -311,3 +311,48 @@ fn clusterroles_that_aggregate_are_named() {
         .collect();
     assert_eq!(aggregated, ["{release}-admin"]);
 }
+
+#[test]
+fn bindings_to_anyone_but_the_charts_own_accounts_are_kept_with_their_patterns() {
+    assert!(
+        footprint().bindings.is_empty(),
+        "every binding there names the chart's own account of the release namespace"
+    );
+    let manifest = r#"---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: relprobe-service-proxier}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: relprobe-service-proxier}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:authenticated}
+- {kind: ServiceAccount, name: relprobe}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: relprobe-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: relprobe-metrics}
+subjects:
+- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
+- {kind: ServiceAccount, name: relprobe, namespace: krateo-system}
+- {kind: User, name: alice}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: relprobe, namespace: krateo-system}
+"#;
+    let documents = parse_documents(manifest).expect("manifest");
+    let footprint = Footprint::derive(&documents, &Probe::default(), &BTreeSet::new(), &resolved());
+    let bindings: Vec<String> = footprint.bindings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        bindings,
+        [
+            "ClusterRoleBinding {release}-metrics binds ClusterRole {release}-metrics to \
+             ServiceAccount monitoring/prometheus",
+            "ClusterRoleBinding {release}-metrics binds ClusterRole {release}-metrics to User \
+             alice",
+            "RoleBinding {namespace}/{release}-service-proxier binds Role \
+             {release}-service-proxier to Group system:authenticated",
+        ],
+        "accounts of the namespaces the chart writes into are its own"
+    );
+}

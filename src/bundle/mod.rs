@@ -12,6 +12,7 @@ mod objects;
 pub mod power;
 mod rbac;
 mod rules;
+pub mod subjects;
 
 pub use approval::{APPROVE_VERB, GRANTS_RESOURCE};
 pub use footprint::{ClusterUse, Footprint, NamespaceUse, describe};
@@ -103,6 +104,10 @@ pub struct Bundle {
     pub definition_role: Role,
     /// Binds `definition_role` to the ServiceAccount.
     pub definition_role_binding: RoleBinding,
+    /// The chart's bindings (names as patterns) to subjects other than ServiceAccounts of the
+    /// namespaces it writes into, which need approval; listed on `chart_cluster_role` for the
+    /// controller and the release policy ([`subjects::BINDINGS_ANNOTATION`]).
+    pub subject_bindings: Vec<subjects::SubjectBinding>,
 }
 
 /// The name of a definition's release identity for `resource` in every release namespace:

@@ -11,6 +11,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
+use super::subjects::{self, SubjectBinding};
 use super::{
     Bundle, Controller, bundle_annotations, bundle_labels, chart_role_name, owner_reference, rbac,
 };
@@ -39,6 +40,7 @@ impl Controller {
             controller_roles: shared.controller_roles(),
             definition_role,
             definition_role_binding,
+            subject_bindings: shared.subject_bindings(),
         })
     }
 }
@@ -110,13 +112,44 @@ impl<'a> Shared<'a> {
         self.cluster_pair(&self.cluster_name, rules, self.controller_subjects())
     }
 
-    /// What the chart's own ClusterRoles may grant, bound to no one.
+    /// The chart's bindings to subjects that need approval: those no line can admit (see
+    /// [`subjects::refused_subject`]) are left to the controller to refuse, and a ServiceAccount
+    /// of a namespace the definition lists is the releases' own.
+    fn subject_bindings(&self) -> Vec<SubjectBinding> {
+        let permissions = &self.controller.permissions;
+        let reserved = [self.namespace.as_str()];
+        let bindings = permissions.footprint.bindings.iter().filter(|binding| {
+            let subject = &binding.subject;
+            let listed = subject.kind == "ServiceAccount"
+                && subject
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|n| permissions.listed_namespaces.contains(n));
+            !listed && !subjects::refused_subject(subject, &reserved)
+        });
+        bindings.cloned().collect()
+    }
+
+    /// What the chart's own ClusterRoles may grant, bound to no one; and, annotated, the
+    /// chart's bindings to subjects that need approval, for each release (the bundle is
+    /// applied only once they are approved).
     fn chart_cluster_role(&self) -> ClusterRole {
         let mut metadata = self.meta(chart_role_name(&self.namespace, &self.controller.resource));
         metadata
             .labels
             .get_or_insert_default()
             .insert(CHART_REFERENCE_LABEL.to_string(), "true".to_string());
+        let bindings = self.subject_bindings();
+        if !bindings.is_empty() {
+            let definition = super::definition_key(self.definition).to_string();
+            let releases = &self.controller.permissions.releases;
+            let listed = subjects::bindings_annotation(&definition, &bindings, releases);
+            let annotations = metadata.annotations.get_or_insert_default();
+            annotations.insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
+            if let Some(operator) = &self.controller.permissions.operator {
+                annotations.insert(subjects::OPERATOR_ANNOTATION.to_string(), operator.clone());
+            }
+        }
         ClusterRole {
             metadata,
             rules: Some(self.controller.permissions.chart_cluster_rules()),

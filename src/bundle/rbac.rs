@@ -38,6 +38,10 @@ pub struct Permissions {
     /// Whether the controller watches the kinds the chart writes across the cluster, one
     /// watch per kind for every namespace (`spec.drift.watch: Cluster`).
     pub watch_everywhere: bool,
+    /// The operator's username, which approves the chart's bindings to subjects: named on the
+    /// reference role beside them, so that the release policy of the operator's installation,
+    /// and no other, asks whether they are approved.
+    pub operator: Option<String>,
 }
 
 impl Permissions {

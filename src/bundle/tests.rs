@@ -70,6 +70,7 @@ fn controller() -> Controller {
             clusters_namespace: None,
             cluster_secrets: BTreeSet::new(),
             watch_everywhere: false,
+            operator: None,
         },
     }
 }

@@ -61,9 +61,10 @@ pub enum Error {
         "the chart with these values writes into namespace {0}, which is not this composition's: it may write only into {1} (its release namespace, the chart's own with its default values, and the definition's spec.permissions.namespaces)"
     )]
     NamespaceNotAllowed(String, String),
-    /// The chart, with these values, binds roles to subjects that are not the composition's.
+    /// The chart, with these values, binds roles to subjects that are not the composition's,
+    /// other than as an administrator approved.
     #[error(
-        "the chart with these values binds roles to subjects that are not ServiceAccounts of this composition's namespaces: {0}"
+        "the chart with these values binds roles to subjects that are not ServiceAccounts of this composition's namespaces, other than as an administrator approved (README: Approving a definition): {0}"
     )]
     BindingNotAllowed(String),
     /// The chart, with these values, would run a workload as one of compositor's own

@@ -195,6 +195,15 @@ async fn apply_version(
     let claims = claims::check(&context.client, &footprint.footprint, releases).await;
     let releases = claims.kept;
     warnings.extend(claims.refused);
+    let operator = match footprint.footprint.bindings.is_empty() {
+        true => None,
+        false => Some(
+            context
+                .operator_username()
+                .await
+                .map_err(|e| Error::Bundles("ask the operator's own username", e))?,
+        ),
+    };
     let controller = controller_bundle(
         definition,
         context,
@@ -205,6 +214,7 @@ async fn apply_version(
             releases,
             asked_namespaces,
             cluster_secrets,
+            operator,
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
@@ -234,6 +244,8 @@ struct Granted<'a> {
     releases: Vec<ReleasePlace>,
     asked_namespaces: BTreeSet<String>,
     cluster_secrets: Option<&'a BTreeSet<String>>,
+    /// The operator's username, when the chart binds subjects that need approval.
+    operator: Option<String>,
 }
 
 /// The bundle description of `resource`'s version, chart `chart_version` writing `footprint`.
@@ -263,6 +275,7 @@ fn controller_bundle(
             secrets: referenced_secrets(definition, context)?,
             config_maps: referenced_config_maps(definition),
             watch_everywhere: spec.drift.watch == DriftWatch::Cluster,
+            operator: granted.operator,
         },
     })
 }
@@ -270,7 +283,8 @@ fn controller_bundle(
 /// Asks, before the CRD version is applied, for the approval of what its controller would be
 /// granted once compositions exist: the bundle as it would be for one release, whose name and
 /// namespace stay placeholders. Lines that name a release's own objects can be approved only
-/// per release, so they are asked when that release exists ([`apply`]).
+/// per release, so they are asked when that release exists ([`apply`]); those of the chart's
+/// bindings to subjects that need approval keep their patterns, and are asked now.
 pub(super) async fn approve_ahead(
     definition: &CompositionDefinition,
     context: &Context,
@@ -293,11 +307,15 @@ pub(super) async fn approve_ahead(
             releases: vec![any_release],
             asked_namespaces: BTreeSet::new(),
             cluster_secrets,
+            operator: None,
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-    let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
+    let definition = definition_ref(definition);
+    let mut needed = bundle.grants_needing_approval(&definition);
     needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
+    // A binding's line keeps its patterns: it is approved once for every release.
+    needed.extend(bundle.binding_grants(&definition));
     require_approval(context, &resource.version, needed).await
 }
 

@@ -53,6 +53,9 @@ pub struct Context {
     pub(super) trigger_receiver: std::sync::Mutex<
         Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CompositionDefinition>>>,
     >,
+    /// The operator's own username, asked once, when a chart first binds a subject that
+    /// needs approval.
+    operator: tokio::sync::OnceCell<String>,
 }
 
 impl Context {
@@ -83,6 +86,22 @@ impl Context {
             footprints: Mutex::default(),
             compositions,
             trigger_receiver: std::sync::Mutex::new(Some(trigger_receiver)),
+            operator: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The operator's username, as the API server knows it (a SelfSubjectReview, which every
+    /// authenticated user may ask).
+    pub(super) async fn operator_username(&self) -> Result<String, kube::Error> {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let ask = || async {
+            let reviews = kube::api::Api::<SelfSubjectReview>::all(self.client.clone());
+            let review = reviews
+                .create(&Default::default(), &SelfSubjectReview::default())
+                .await?;
+            let user = review.status.and_then(|status| status.user_info);
+            Ok(user.and_then(|user| user.username).unwrap_or_default())
+        };
+        self.operator.get_or_try_init(ask).await.cloned()
     }
 }

@@ -168,9 +168,10 @@ fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet
 }
 
 /// What a release may write, checked before Helm writes any of it: objects only in the
-/// namespaces [`writable_namespaces`] gives `target`, bindings only to their ServiceAccounts,
-/// workloads that run as none of compositor's identities, and, on every cluster, ClusterRoles
-/// that grant no more than the chart's own do with its default values.
+/// namespaces [`writable_namespaces`] gives `target`, bindings only to their ServiceAccounts
+/// or as an administrator approved, workloads that run as none of compositor's identities, and,
+/// on every cluster, ClusterRoles that grant no more than the chart's own do with its default
+/// values.
 pub(super) async fn check_render(
     context: &Context,
     reach: &Reach,
@@ -196,7 +197,20 @@ pub(super) async fn check_render(
     let own = subjects::Own::new(&allowed, &reserved);
     let foreign = own.foreign_subjects(documents, namespace);
     if !foreign.is_empty() {
-        return Err(Error::BindingNotAllowed(foreign.join(", ")));
+        let never = |binding: &crate::bundle::subjects::SubjectBinding| own.never_admitted(binding);
+        // Only what some line may admit needs the approved bindings.
+        let approved = match foreign.iter().all(never) {
+            true => Vec::new(),
+            false => approved_bindings(context).await?,
+        };
+        let place = crate::bundle::ReleasePlace {
+            release: target.release.clone(),
+            namespace: target.namespace.clone(),
+        };
+        let refused = subjects::refused_bindings(&foreign, never, &approved, &place);
+        if !refused.is_empty() {
+            return Err(Error::BindingNotAllowed(refused.join(", ")));
+        }
     }
     let borrowed = own.borrowed_identities(documents, namespace);
     if !borrowed.is_empty() {
@@ -267,6 +281,34 @@ fn excessive_roles(documents: &[RenderedDocument], reference: &[PolicyRule]) -> 
 /// What the chart's ClusterRoles may grant for this controller's releases, as the operator
 /// wrote it; read only when a release renders a ClusterRole.
 async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
+    Ok(chart_role(context).await?.rules.unwrap_or_default())
+}
+
+/// The chart's bindings to subjects beyond its namespaces' ServiceAccounts that an
+/// administrator approved for this definition, as their grant lines and patterns: the
+/// operator lists them on the reference role, which only it writes, once approved; read only
+/// when a release renders such a binding.
+async fn approved_bindings(
+    context: &Context,
+) -> Result<Vec<(String, crate::bundle::subjects::SubjectBinding)>, Error> {
+    let role = chart_role(context).await?;
+    let listed = role
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::bundle::subjects::BINDINGS_ANNOTATION));
+    let definition = context.config.identity.definition.to_string();
+    let approved = crate::bundle::subjects::approved_bindings(listed.map_or("", String::as_str));
+    // An approval is this definition's own.
+    let own = approved
+        .into_iter()
+        .filter(|(line, _)| line.starts_with(&format!("{definition} ")));
+    Ok(own.collect())
+}
+
+/// The bundle's reference role: what the chart's ClusterRoles may grant, and the approved
+/// bindings, as the operator wrote them.
+async fn chart_role(context: &Context) -> Result<k8s_openapi::api::rbac::v1::ClusterRole, Error> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let resource = context.generated_resource();
     let name =
@@ -275,12 +317,7 @@ async fn chart_role_rules(context: &Context) -> Result<Vec<PolicyRule>, Error> {
         .get_opt(&name)
         .await
         .map_err(|e| Error::Kube("read what the chart's ClusterRoles may grant", e))?;
-    match role {
-        Some(role) => Ok(role.rules.unwrap_or_default()),
-        None => Err(Error::DefinitionNotReady(
-            context.config.identity.definition.name.clone(),
-        )),
-    }
+    role.ok_or_else(|| Error::DefinitionNotReady(context.config.identity.definition.name.clone()))
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::bundle::ReleasePlace;
 use crate::bundle::power::RELEASE_IDENTITY_PREFIX;
+use crate::bundle::subjects::{Subject, SubjectBinding, refused_subject};
 use crate::helm::RenderedDocument;
 
 /// The accounts a release may name.
@@ -32,16 +34,16 @@ impl<'a> Own<'a> {
     }
 
     /// The subjects the bindings among `documents` would grant to that are not ServiceAccounts
-    /// of the allowed namespaces, or are compositor's own, as `<Kind> <name> → <subject kind>
-    /// <namespace/name>`: a release may give its roles to its own workloads, never to a user,
-    /// a group, another namespace's accounts or the identities compositor runs as. A
-    /// ServiceAccount subject without a namespace is the binding's (or, at cluster scope,
-    /// refused, as Kubernetes refuses it).
+    /// of the allowed namespaces, or are compositor's own, one binding of one subject each: a
+    /// release may give its roles to its own workloads; to a user, a group or another
+    /// namespace's accounts only as an administrator approved ([`admitted`]), and never to the
+    /// identities compositor runs as. A ServiceAccount subject without a namespace is the
+    /// binding's (or, at cluster scope, refused, as Kubernetes refuses it).
     pub(super) fn foreign_subjects(
         &self,
         documents: &[RenderedDocument],
         release_namespace: &str,
-    ) -> Vec<String> {
+    ) -> Vec<SubjectBinding> {
         let bindings = documents.iter().filter(|d| {
             d.object
                 .api_version
@@ -60,6 +62,7 @@ impl<'a> Own<'a> {
                 ),
                 _ => None,
             };
+            let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
             for subject in binding.body["subjects"].as_array().into_iter().flatten() {
                 let kind = subject["kind"].as_str().unwrap_or_default();
                 let name = subject["name"].as_str().unwrap_or_default();
@@ -68,16 +71,35 @@ impl<'a> Own<'a> {
                     && namespace
                         .is_some_and(|n| self.allowed.contains(n) && !self.is_compositors(n, name));
                 if !accepted {
-                    foreign.push(format!(
-                        "{} {} → {kind} {}{name}",
-                        binding.object.kind,
-                        binding.object.name,
-                        namespace.map(|n| format!("{n}/")).unwrap_or_default()
-                    ));
+                    foreign.push(SubjectBinding {
+                        kind: binding.object.kind.clone(),
+                        namespace: own_namespace.map(str::to_string),
+                        name: binding.object.name.clone(),
+                        role_kind: text(&binding.body["roleRef"]["kind"]),
+                        role: text(&binding.body["roleRef"]["name"]),
+                        subject: Subject {
+                            kind: kind.to_string(),
+                            namespace: (kind == "ServiceAccount")
+                                .then(|| namespace.map(str::to_string))
+                                .flatten(),
+                            name: name.to_string(),
+                        },
+                    });
                 }
             }
         }
         foreign
+    }
+
+    /// Whether no line can admit `binding`: its subject is one of Kubernetes' own that no chart
+    /// may be given ([`refused_subject`]), or one of compositor's identities.
+    pub(super) fn never_admitted(&self, binding: &SubjectBinding) -> bool {
+        let subject = &binding.subject;
+        refused_subject(subject, self.reserved)
+            || subject
+                .namespace
+                .as_deref()
+                .is_some_and(|n| self.is_compositors(n, &subject.name))
     }
 
     /// The workloads and hooks among `documents` whose pods would run as one of compositor's
@@ -112,6 +134,50 @@ impl<'a> Own<'a> {
         }
         borrowed
     }
+}
+
+/// Of `foreign` bindings (as a release at `place` renders them), those not admitted, one line
+/// each saying why: `never` says which no line can admit; `approved` are the definition's
+/// approved bindings, as their grant lines and patterns. A binding is admitted only when one of
+/// them, filled for this release, is exactly it: kind, name, role and subject, so values can
+/// neither rename what an approval admits nor give the approved role to anyone else.
+pub(super) fn refused_bindings(
+    foreign: &[SubjectBinding],
+    never: impl Fn(&SubjectBinding) -> bool,
+    approved: &[(String, SubjectBinding)],
+    place: &ReleasePlace,
+) -> Vec<String> {
+    let mut refused = Vec::new();
+    for binding in foreign {
+        if never(binding) {
+            refused.push(format!(
+                "{binding} (no approval can admit {})",
+                binding.subject
+            ));
+            continue;
+        }
+        if approved.iter().any(|(_, a)| a.fill(place) == *binding) {
+            continue;
+        }
+        let same_role = approved.iter().filter(|(_, a)| {
+            let filled = a.fill(place);
+            filled.to(&binding.subject) == *binding
+        });
+        let lines: Vec<&str> = same_role.map(|(line, _)| line.as_str()).collect();
+        refused.push(match lines.is_empty() {
+            true => format!(
+                "{binding} (no approved line admits it: a binding to anyone but a \
+                 ServiceAccount of the composition's namespaces is allowed only as the chart \
+                 binds it with its default values, once an administrator approves its line)"
+            ),
+            false => format!(
+                "{binding} (no line can admit it: only the subject the chart binds with its \
+                 default values is, as approved: {})",
+                lines.join("; ")
+            ),
+        });
+    }
+    refused
 }
 
 /// The pod specs an object of `kind` holds.
@@ -158,15 +224,92 @@ subjects:
         let documents = crate::helm::parse_documents(manifest).unwrap();
         let allowed: BTreeSet<String> = ["team-a".to_string()].into();
         let own = Own::new(&allowed, &RESERVED);
+        let foreign = own.foreign_subjects(&documents, "team-a");
+        let lines: Vec<String> = foreign.iter().map(ToString::to_string).collect();
         assert_eq!(
-            own.foreign_subjects(&documents, "team-a"),
+            lines,
             [
-                "ClusterRoleBinding web-reader → User mallory",
-                "ClusterRoleBinding web-reader → ServiceAccount team-b/web",
-                "ClusterRoleBinding web-reader → ServiceAccount team-a/compositor.platform.webs-v1",
-                "RoleBinding web-leases → Group team-a/system:authenticated",
+                "ClusterRoleBinding web-reader binds ClusterRole web-reader to User mallory",
+                "ClusterRoleBinding web-reader binds ClusterRole web-reader to ServiceAccount \
+                 team-b/web",
+                "ClusterRoleBinding web-reader binds ClusterRole web-reader to ServiceAccount \
+                 team-a/compositor.platform.webs-v1",
+                "RoleBinding team-a/web-leases binds Role web-leases to Group \
+                 system:authenticated",
             ]
         );
+        let never: Vec<bool> = foreign.iter().map(|b| own.never_admitted(b)).collect();
+        assert_eq!(never, [false, false, true, false]);
+    }
+
+    #[test]
+    fn only_the_approved_binding_of_this_release_is_admitted_and_a_refusal_says_why() {
+        let manifest = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: sealed-service-proxier}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sealed-service-proxier}
+subjects:
+- {kind: Group, name: system:authenticated}
+- {kind: Group, name: developers}
+- {kind: Group, name: system:masters}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: other-service-proxier}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: other-service-proxier}
+subjects:
+- {kind: Group, name: system:authenticated}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: sealed-service-proxier-2}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sealed-service-proxier}
+subjects:
+- {kind: Group, name: system:authenticated}
+"#;
+        let documents = crate::helm::parse_documents(manifest).unwrap();
+        let allowed: BTreeSet<String> = ["team-a".to_string()].into();
+        let own = Own::new(&allowed, &RESERVED);
+        let foreign = own.foreign_subjects(&documents, "team-a");
+        let annotation = crate::bundle::subjects::bindings_annotation(
+            "platform/sealed",
+            &[SubjectBinding::parse(
+                "RoleBinding {namespace}/{release}-service-proxier binds Role \
+                 {release}-service-proxier to Group system:authenticated",
+            )
+            .unwrap()],
+            &[],
+        );
+        let approved = crate::bundle::subjects::approved_bindings(&annotation);
+        let place = ReleasePlace {
+            release: "sealed".into(),
+            namespace: "team-a".into(),
+        };
+        let refused = refused_bindings(&foreign, |b| own.never_admitted(b), &approved, &place);
+        let line = "platform/sealed namespaced: RoleBinding {namespace}/{release}-service-proxier \
+                    binds Role {release}-service-proxier to Group system:authenticated";
+        assert_eq!(refused.len(), 4, "{refused:#?}");
+        assert_eq!(
+            refused[0],
+            format!(
+                "RoleBinding team-a/sealed-service-proxier binds Role sealed-service-proxier to \
+                 Group developers (no line can admit it: only the subject the chart binds with \
+                 its default values is, as approved: {line})"
+            )
+        );
+        assert_eq!(
+            refused[1],
+            "RoleBinding team-a/sealed-service-proxier binds Role sealed-service-proxier to \
+             Group system:masters (no approval can admit Group system:masters)"
+        );
+        for (refusal, name) in refused[2..].iter().zip(["other", "sealed"]) {
+            assert!(
+                refusal.starts_with(&format!("RoleBinding team-a/{name}-service-proxier")),
+                "{refusal}"
+            );
+            assert!(refusal.contains("(no approved line admits it"), "{refusal}");
+        }
     }
 
     #[test]
