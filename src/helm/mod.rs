@@ -29,7 +29,6 @@
 //! other calls work with Helm 3.8 and later. Helm runs with an empty environment, so a
 //! kubeconfig must carry its credentials (token or client certificate), not an `exec` plugin.
 
-mod cpu;
 mod error;
 mod manifest;
 mod post_render;
@@ -37,6 +36,7 @@ mod process;
 mod release;
 mod resident;
 mod storage;
+mod usage;
 mod workspace;
 
 pub use error::Error;

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use super::cpu::cpu_spent;
 use super::error::{ran_out_of_memory, shorten};
 use super::process::{Limit, limit};
+use super::usage::cpu_spent;
 use super::{ENGINE_DATA_LIMIT, ENGINE_GO_RUNTIME, Error, Output};
 
 /// Lines of the engine's own standard error kept to explain its end.
