@@ -904,6 +904,132 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
     ] {
         assert_refused_by_policy(what, dry_run_apply(&role).await);
     }
+
+    // An aggregation the reference role lists for this role, with exactly its selectors: written
+    // only once the operator holds the approval of its line, and never with other selectors.
+    let line = format!(
+        "{namespace}/apps cluster-wide: aggregate ClusterRole {{release}}-reader from matchLabels \
+         example.org/aggregate-to-reader=true | matchLabels app.kubernetes.io/instance={{release}}"
+    );
+    let entry = format!(
+        "{reader} example.org/aggregate-to-reader=true app.kubernetes.io/instance=acme => {line}"
+    );
+    let mut listed = reference.clone();
+    listed.metadata.annotations = Some(
+        [(
+            "compositor.dev/aggregations".to_string(),
+            format!("other => x\n{entry}"),
+        )]
+        .into(),
+    );
+    roles
+        .patch(
+            &reference.metadata.name.clone().unwrap(),
+            &apply,
+            &Patch::Apply(&listed),
+        )
+        .await
+        .expect("reference role listing an aggregation");
+    let aggregating = |selectors: Value| -> ClusterRole {
+        object(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": &reader},
+            "aggregationRule": {"clusterRoleSelectors": selectors},
+        }))
+    };
+    let approved = aggregating(json!([
+        {"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+        {"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+    ]));
+    support::eventually(
+        "the listed aggregation is refused while its line is not approved",
+        std::time::Duration::from_secs(30),
+        || async {
+            dry_run_apply(&approved)
+                .await
+                .is_err_and(|status| status.message.contains("not approved"))
+        },
+    )
+    .await;
+    approve(
+        &client,
+        &namespace,
+        &support::unique("approve-aggregation"),
+        &[line.clone()],
+    )
+    .await;
+    support::eventually(
+        "the approved aggregation is admitted",
+        std::time::Duration::from_secs(30),
+        || async { dry_run_apply(&approved).await.is_ok() },
+    )
+    .await;
+    for (what, selectors) in [
+        (
+            "an approved aggregation with a label fewer",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {}}]),
+        ),
+        (
+            "an approved aggregation with another value",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "globex"}}]),
+        ),
+        (
+            "an approved aggregation with a selector more",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+                   {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]),
+        ),
+        (
+            "an approved aggregation's selectors in another order",
+            json!([{"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+                   {"matchLabels": {"example.org/aggregate-to-reader": "true"}}]),
+        ),
+        (
+            "an approved aggregation with an expression more",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "acme"},
+                    "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}]),
+        ),
+    ] {
+        assert_refused_by_policy(what, dry_run_apply(&aggregating(selectors)).await);
+    }
+    // Selectors of Kubernetes' own roles are refused whatever the reference role lists.
+    let admin_line = format!("{namespace}/apps cluster-wide: aggregate ClusterRole x");
+    let admin_entry =
+        format!("{reader} rbac.authorization.k8s.io/aggregate-to-admin=true => {admin_line}");
+    listed.metadata.annotations =
+        Some([("compositor.dev/aggregations".to_string(), admin_entry)].into());
+    roles
+        .patch(
+            &reference.metadata.name.clone().unwrap(),
+            &apply,
+            &Patch::Apply(&listed),
+        )
+        .await
+        .expect("reference role listing a dangerous aggregation");
+    approve(
+        &client,
+        &namespace,
+        &support::unique("approve-admin"),
+        &[admin_line],
+    )
+    .await;
+    support::eventually(
+        "an aggregation of admin's roles is refused outright",
+        std::time::Duration::from_secs(30),
+        || async {
+            let admin = aggregating(
+                json!([{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]),
+            );
+            dry_run_apply(&admin)
+                .await
+                .is_err_and(|status| status.message.contains("labels of Kubernetes"))
+        },
+    )
+    .await;
+
     let mut config = kube::Config::infer().await.expect("kubeconfig");
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{controller}"));
     let as_controller = Client::try_from(config).expect("client");

@@ -933,3 +933,142 @@ async fn charts_that_bring_crds_in_any_shape_install() {
         wait_gone(&compositions, chart).await;
     }
 }
+
+/// kyverno 3.9.0's four ClusterRoles that aggregate its `…:core` roles install through
+/// compositor, each as its approval line says, under a release name with and without the
+/// chart's: named by kyverno's `fullname` helper (`kv-kyverno:…`, `team-kyverno:…`), their
+/// selectors filled for the release, and gathering what an administrator's `helm install` of the
+/// same chart into another namespace gathers.
+#[tokio::test]
+async fn kyvernos_aggregated_roles_install_as_approved_under_any_release_name() {
+    let chart = support::real_chart("kyverno-3.9.0.tgz");
+    let fixture = Fixture::new("real-kyverno").await;
+    let definition = fixture
+        .define("kyvernos", &publish(&chart), json!({}))
+        .await;
+    let status = definition.status.unwrap();
+    assert_eq!(status.crd.unwrap().stored_version, "v3-9-0");
+    const CONTROLLER: &str = "kyvernos-v3-9-0-controller";
+    let (controller, _cache) = run_controller(&fixture, CONTROLLER).await;
+    let team = support::namespace(&fixture.client, "real-kyverno-team").await;
+    let compositions = fixture.compositions("Kyverno", "kyvernos", "v3-9-0", &team);
+    let version = format!("{}/v3-9-0", fixture.group);
+    // Its pre-delete hooks wait for pods a test bed without a kubelet never runs; the second
+    // release leaves the CRDs to the first, as two releases of kyverno must.
+    let spec =
+        |crds: bool| json!({"webhooksCleanup": {"enabled": false}, "crds": {"install": crds}});
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let components = [
+        "admission-controller",
+        "background-controller",
+        "cleanup-controller",
+        "reports-controller",
+    ];
+    for (release, fullname, crds) in [
+        ("kv", "kv-kyverno", true),
+        ("team-kyverno", "team-kyverno", false),
+    ] {
+        create_ready(
+            &compositions,
+            &version,
+            ("Kyverno", release, spec(crds)),
+            &controller,
+        )
+        .await;
+        assert!(helm_has(release, &team), "release {release} deployed");
+        for component in components {
+            let role = roles
+                .get(&format!("{fullname}:{component}"))
+                .await
+                .expect("the aggregated ClusterRole");
+            let selectors = serde_json::to_value(role.aggregation_rule.unwrap()).unwrap();
+            assert_eq!(
+                selectors["clusterRoleSelectors"][1]["matchLabels"],
+                json!({"app.kubernetes.io/component": component,
+                       "app.kubernetes.io/instance": release,
+                       "app.kubernetes.io/part-of": fullname}),
+                "{selectors}"
+            );
+        }
+    }
+    let reference = roles
+        .get(&format!(
+            "compositor:{}:kyvernos-v3-9-0:chart",
+            fixture.namespace
+        ))
+        .await
+        .unwrap();
+    let entries = &reference.annotations()["compositor.dev/aggregations"];
+    assert_eq!(
+        entries.lines().count(),
+        8,
+        "four roles for each release: {entries}"
+    );
+    let line = format!(
+        "{}/kyvernos cluster-wide: aggregate ClusterRole {{fullname:kyverno}}:admission-controller \
+         from matchLabels rbac.kyverno.io/aggregate-to-admission-controller=true | matchLabels \
+         app.kubernetes.io/component=admission-controller,app.kubernetes.io/instance={{release}},\
+         app.kubernetes.io/part-of={{fullname:kyverno}}",
+        fixture.namespace
+    );
+    assert!(entries.contains(&line), "{entries}");
+
+    // An administrator's install of the same chart into another namespace, beside them.
+    let admin = support::namespace(&fixture.client, "real-kyverno-admin").await;
+    support::Helm::new().ok(
+        &[
+            "install",
+            "admin-kyverno",
+            chart.to_str().unwrap(),
+            "-n",
+            &admin,
+            "--set",
+            "webhooksCleanup.enabled=false",
+            "--set",
+            "crds.install=false",
+        ],
+        None,
+    );
+    for component in components {
+        let ours = roles.get(&format!("kv-kyverno:{component}")).await.unwrap();
+        let theirs = roles
+            .get(&format!("admin-kyverno:{component}"))
+            .await
+            .unwrap();
+        let selected = |role: &ClusterRole, release: &str| {
+            let text = serde_json::to_string(&role.aggregation_rule).unwrap();
+            text.replace(release, "RELEASE")
+        };
+        assert_eq!(
+            selected(&ours, "kv-kyverno"),
+            selected(&theirs, "admin-kyverno")
+        );
+        // Kubernetes' aggregation controller fills both with their `…:core` role's rules.
+        let core = roles
+            .get(&format!("kv-kyverno:{component}:core"))
+            .await
+            .unwrap();
+        support::eventually(
+            "the aggregated roles hold their core role's rules",
+            Duration::from_secs(60),
+            || {
+                let roles = roles.clone();
+                let core = core.rules.clone();
+                async move {
+                    let ours = roles.get(&format!("kv-kyverno:{component}")).await.unwrap();
+                    let theirs = roles
+                        .get(&format!("admin-kyverno:{component}"))
+                        .await
+                        .unwrap();
+                    ours.rules == core && theirs.rules == core
+                }
+            },
+        )
+        .await;
+    }
+    support::Helm::new().ok(&["uninstall", "admin-kyverno", "-n", &admin], None);
+    for release in ["team-kyverno", "kv"] {
+        wait_gone(&compositions, release).await;
+        assert!(!helm_has(release, &team));
+    }
+}

@@ -117,6 +117,17 @@ impl<'a> Shared<'a> {
             .labels
             .get_or_insert_default()
             .insert(CHART_REFERENCE_LABEL.to_string(), "true".to_string());
+        let permissions = &self.controller.permissions;
+        let definition = super::definition_key(self.definition).to_string();
+        let entries = permissions
+            .footprint
+            .aggregation_entries(&definition, &permissions.releases);
+        if !entries.is_empty() {
+            metadata.annotations.get_or_insert_default().insert(
+                super::aggregation::AGGREGATIONS_ANNOTATION.to_string(),
+                entries.join("\n"),
+            );
+        }
         ClusterRole {
             metadata,
             rules: Some(self.controller.permissions.chart_cluster_rules()),

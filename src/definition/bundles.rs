@@ -208,12 +208,13 @@ async fn apply_version(
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-    require_approval(
-        context,
-        &controller.resource.version,
-        bundle.grants_needing_approval(&definition_ref(definition)),
-    )
-    .await?;
+    let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
+    needed.extend(
+        footprint
+            .footprint
+            .aggregation_lines(&definition_ref(definition)),
+    );
+    require_approval(context, &controller.resource.version, needed).await?;
     let objects = bundle.objects().map_err(Error::Bundle)?;
     let keys = objects.iter().map(objects::key).collect();
     warnings
@@ -269,7 +270,7 @@ fn controller_bundle(
 
 /// Asks, before the CRD version is applied, for the approval of what its controller would be
 /// granted once compositions exist: the bundle as it would be for one release, whose name and
-/// namespace stay placeholders. Lines that name a release's own objects can be approved only
+/// namespace stay placeholders, and the chart's aggregated ClusterRoles. Lines that name a release's own objects can be approved only
 /// per release, so they are asked when that release exists ([`apply`]).
 pub(super) async fn approve_ahead(
     definition: &CompositionDefinition,
@@ -298,6 +299,9 @@ pub(super) async fn approve_ahead(
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
     let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
     needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
+    // An aggregated role's line names it and its selectors as patterns: one approval serves
+    // every release.
+    needed.extend(footprint.aggregation_lines(&definition_ref(definition)));
     require_approval(context, &resource.version, needed).await
 }
 
