@@ -11,9 +11,10 @@
 //!
 //! Once approved, the reference role (`compositor:<ns>:<plural>-<version>:chart`) carries one
 //! [`entry`] per aggregated role of each release, its name and selectors filled for that
-//! release, under [`AGGREGATIONS_ANNOTATION`]; the controller admits an aggregated role only
-//! when an entry names it with exactly its selectors, and the release policy does the same and
-//! asks the authorizer whether the operator holds the entry's approval.
+//! release, under [`AGGREGATIONS_ANNOTATION`], and their lines under
+//! [`AGGREGATION_LINES_ANNOTATION`]: the operator's admission policy lets it write them only when
+//! an administrator approved each line. The controller admits an aggregated role only when an
+//! entry names it with exactly its selectors, and the release policy does the same.
 
 use std::collections::BTreeMap;
 
@@ -25,8 +26,17 @@ use super::naming::{Probe, ReleasePlace};
 /// [`entry`] per line.
 pub const AGGREGATIONS_ANNOTATION: &str = "compositor.dev/aggregations";
 
+/// Annotation of the reference role listing the approval lines of its [`AGGREGATIONS_ANNOTATION`]
+/// entries, once each, one a line: the operator's admission policy asks the authorizer about
+/// each before the operator may write them.
+pub const AGGREGATION_LINES_ANNOTATION: &str = "compositor.dev/aggregation-lines";
+
 /// The most selectors an aggregated role may have (the release policy looks at each in turn).
 pub const MAX_SELECTORS: usize = 8;
+
+/// The most aggregated ClusterRoles a chart may have (the operator's admission policy asks the
+/// authorizer once for each).
+pub const MAX_ROLES: usize = 8;
 
 /// The labels one selector matches (`matchLabels`), by key.
 pub type Selector = BTreeMap<String, String>;

@@ -285,12 +285,20 @@ impl Footprint {
     /// The chart's aggregated ClusterRoles that no approval can admit, each with why.
     pub fn refused_aggregations(&self) -> Vec<String> {
         let refused = self.cluster.aggregated.iter();
-        refused
+        let mut refused: Vec<String> = refused
             .filter_map(|(role, selectors)| {
                 let why = selectors.as_ref().err()?;
                 Some(format!("{role}: {why}"))
             })
-            .collect()
+            .collect();
+        if self.cluster.aggregated.len() > aggregation::MAX_ROLES {
+            refused.push(format!(
+                "{} aggregated ClusterRoles, more than the {} that can be approved",
+                self.cluster.aggregated.len(),
+                aggregation::MAX_ROLES
+            ));
+        }
+        refused
     }
 
     /// The [`aggregation::entry`] of each aggregated ClusterRole for each of `releases`, as

@@ -123,9 +123,16 @@ impl<'a> Shared<'a> {
             .footprint
             .aggregation_entries(&definition, &permissions.releases);
         if !entries.is_empty() {
-            metadata.annotations.get_or_insert_default().insert(
+            let lines = permissions.footprint.aggregation_lines(&definition);
+            let lines: Vec<String> = lines.into_iter().collect();
+            let annotations = metadata.annotations.get_or_insert_default();
+            annotations.insert(
                 super::aggregation::AGGREGATIONS_ANNOTATION.to_string(),
                 entries.join("\n"),
+            );
+            annotations.insert(
+                super::aggregation::AGGREGATION_LINES_ANNOTATION.to_string(),
+                lines.join("\n"),
             );
         }
         ClusterRole {
