@@ -1,7 +1,8 @@
 //! Real published charts through compositor, each controller running with its own ServiceAccount
 //! token: Krateo's fireworks-app 1.1.5 with its own values (an Argo `Application` in another
 //! namespace), cert-manager v1.19.1 as a `Tenant` in a namespace of its own (ClusterRoles,
-//! bindings, a kube-system Role, webhooks), and a chart with `crds/`. The real charts come from
+//! bindings, a kube-system Role, webhooks), kyverno 3.9.0's aggregated ClusterRoles under two
+//! release names beside an administrator's `helm install`, and a chart with `crds/`. The real charts come from
 //! `testdata/real-charts`; what the generated RBAC allows is asked of the real authorizer.
 
 mod support;
