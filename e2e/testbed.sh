@@ -178,7 +178,8 @@ control_plane() {
   fi
   wait_until kube-apiserver 90 curl -fsS --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $admin_token" "$server/readyz"
 
-  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller
+  # Aggregated ClusterRoles are filled as on any cluster (kyverno's are approved lines).
+  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller
   # What a node's pods need besides: Deployments become ReplicaSets become Pods, each namespace
   # gets the API server's CA for in-cluster config, and pods of a lost node are cleaned up.
   [ -z "$NODE" ] || controllers=$controllers,deployment-controller,replicaset-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,pod-garbage-collector-controller

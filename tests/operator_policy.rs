@@ -191,6 +191,56 @@ async fn roles_are_bounded_by_power_and_approval_not_by_names() {
         "the approved rules for another definition",
         dry_run_create(&roles, &everything(&format!("{namespace}/other"))).await,
     );
+    // A reference role lists aggregations for the release policy only by its own definition's
+    // lines, each approved.
+    let aggregation_line = format!(
+        "{definition} cluster-wide: aggregate ClusterRole {{release}}-agg from matchLabels example.org/agg=true"
+    );
+    let reference = |entry_line: &str, lines: &str| -> ClusterRole {
+        let mut metadata = bundle_metadata(&format!("{own}:chart"), &definition);
+        metadata["annotations"]["compositor.dev/aggregations"] =
+            json!(format!("acme-agg example.org/agg=true => {entry_line}"));
+        metadata["annotations"]["compositor.dev/aggregation-lines"] = json!(lines);
+        object(json!({"metadata": metadata, "rules": []}))
+    };
+    assert_refused_by_policy(
+        "a reference role listing an unapproved aggregation",
+        dry_run_create(&roles, &reference(&aggregation_line, &aggregation_line)).await,
+    );
+    approve(
+        &client,
+        &namespace,
+        &support::unique("approve-agg"),
+        std::slice::from_ref(&aggregation_line),
+    )
+    .await;
+    support::eventually(
+        "the approved aggregation is listed",
+        std::time::Duration::from_secs(10),
+        || async {
+            dry_run_create(&roles, &reference(&aggregation_line, &aggregation_line))
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    let other = aggregation_line.replace(&definition, &format!("{namespace}/other"));
+    for (what, role) in [
+        (
+            "an entry whose line the role does not list",
+            reference(
+                &format!("{aggregation_line} | matchLabels a=b"),
+                &aggregation_line,
+            ),
+        ),
+        (
+            "another definition's aggregation",
+            reference(&other, &other),
+        ),
+    ] {
+        assert_refused_by_policy(what, dry_run_create(&roles, &role).await);
+    }
+
     // …nor borrowed by a role of another namespace that writes the approved definition as its
     // owner: the owner's namespace must be the one the role's name says.
     let mut borrowed = everything(&definition);
@@ -904,6 +954,108 @@ async fn a_release_identity_writes_only_what_its_chart_grants() {
     ] {
         assert_refused_by_policy(what, dry_run_apply(&role).await);
     }
+
+    // An aggregation the reference role lists for this role (which the operator may list only as
+    // approved), with exactly its selectors; never with other selectors.
+    let line = format!(
+        "{namespace}/apps cluster-wide: aggregate ClusterRole {{release}}-reader from matchLabels \
+         example.org/aggregate-to-reader=true | matchLabels app.kubernetes.io/instance={{release}}"
+    );
+    let entry = format!(
+        "{reader} example.org/aggregate-to-reader=true app.kubernetes.io/instance=acme => {line}"
+    );
+    let mut listed = reference.clone();
+    listed.metadata.annotations = Some(
+        [(
+            "compositor.dev/aggregations".to_string(),
+            format!("other => x\n{entry}"),
+        )]
+        .into(),
+    );
+    roles
+        .patch(
+            &reference.metadata.name.clone().unwrap(),
+            &apply,
+            &Patch::Apply(&listed),
+        )
+        .await
+        .expect("reference role listing an aggregation");
+    let aggregating = |selectors: Value| -> ClusterRole {
+        object(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": &reader},
+            "aggregationRule": {"clusterRoleSelectors": selectors},
+        }))
+    };
+    let approved = aggregating(json!([
+        {"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+        {"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+    ]));
+    support::eventually(
+        "the listed aggregation is admitted",
+        std::time::Duration::from_secs(30),
+        || async { dry_run_apply(&approved).await.is_ok() },
+    )
+    .await;
+    for (what, selectors) in [
+        (
+            "an approved aggregation with a label fewer",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {}}]),
+        ),
+        (
+            "an approved aggregation with another value",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "globex"}}]),
+        ),
+        (
+            "an approved aggregation with a selector more",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+                   {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]),
+        ),
+        (
+            "an approved aggregation's selectors in another order",
+            json!([{"matchLabels": {"app.kubernetes.io/instance": "acme"}},
+                   {"matchLabels": {"example.org/aggregate-to-reader": "true"}}]),
+        ),
+        (
+            "an approved aggregation with an expression more",
+            json!([{"matchLabels": {"example.org/aggregate-to-reader": "true"}},
+                   {"matchLabels": {"app.kubernetes.io/instance": "acme"},
+                    "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}]),
+        ),
+    ] {
+        assert_refused_by_policy(what, dry_run_apply(&aggregating(selectors)).await);
+    }
+    // Selectors of Kubernetes' own roles are refused whatever the reference role lists.
+    let admin_line = format!("{namespace}/apps cluster-wide: aggregate ClusterRole x");
+    let admin_entry =
+        format!("{reader} rbac.authorization.k8s.io/aggregate-to-admin=true => {admin_line}");
+    listed.metadata.annotations =
+        Some([("compositor.dev/aggregations".to_string(), admin_entry)].into());
+    roles
+        .patch(
+            &reference.metadata.name.clone().unwrap(),
+            &apply,
+            &Patch::Apply(&listed),
+        )
+        .await
+        .expect("reference role listing a dangerous aggregation");
+    support::eventually(
+        "an aggregation of admin's roles is refused outright",
+        std::time::Duration::from_secs(30),
+        || async {
+            let admin = aggregating(
+                json!([{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]),
+            );
+            dry_run_apply(&admin)
+                .await
+                .is_err_and(|status| status.message.contains("labels of Kubernetes"))
+        },
+    )
+    .await;
+
     let mut config = kube::Config::infer().await.expect("kubeconfig");
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{controller}"));
     let as_controller = Client::try_from(config).expect("client");

@@ -1,5 +1,5 @@
 //! Charts the operator refuses to serve, each with a reason on the definition and nothing
-//! written: a chart that brings compositor's own CRDs, one whose roles aggregate others, one
+//! written: a chart that brings compositor's own CRDs, one whose roles aggregate Kubernetes' own, one
 //! with no templates or a value that clashes with compositor's own keys, and a version
 //! republished with a schema its stored objects would break on.
 
@@ -40,9 +40,9 @@ async fn a_chart_may_not_bring_compositors_own_crds() {
     fixture.assert_no_bundle().await;
 }
 
-/// A chart whose default render has a ClusterRole that aggregates others can never install
-/// (no release may write one): the definition says so, one line per role, before anything is
-/// served.
+/// A chart whose default render has a ClusterRole that aggregates Kubernetes' own roles (here
+/// everything aggregated into admin) can never install, approved or not: the definition says
+/// so, one line per role with why, before anything is served.
 #[tokio::test]
 async fn a_chart_with_aggregated_roles_is_refused_before_anything_is_served() {
     let fixture = Fixture::new("op-aggregated").await;
@@ -50,7 +50,7 @@ async fn a_chart_with_aggregated_roles_is_refused_before_anything_is_served() {
         &support::unique("aggregator"),
         &[(
             "templates/role.yaml",
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-admin'}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {example.com/aggregate-to-admin: 'true'}\n",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-admin'}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {rbac.authorization.k8s.io/aggregate-to-admin: 'true'}\n",
         )],
     );
     fixture
@@ -65,7 +65,10 @@ async fn a_chart_with_aggregated_roles_is_refused_before_anything_is_served() {
         "{condition:?}"
     );
     assert!(
-        condition.message.ends_with("\n{release}-admin"),
+        condition.message.ends_with(
+            "\n{release}-admin: a selector names rbac.authorization.k8s.io/aggregate-to-admin, \
+             a label of Kubernetes' or compositor's own roles"
+        ),
         "{condition:?}"
     );
     assert!(refused.status.unwrap().crd.is_none(), "no API is served");

@@ -1,13 +1,15 @@
 //! Real published charts through compositor, each controller running with its own ServiceAccount
 //! token: Krateo's fireworks-app 1.1.5 with its own values (an Argo `Application` in another
 //! namespace), cert-manager v1.19.1 as a `Tenant` in a namespace of its own (ClusterRoles,
-//! bindings, a kube-system Role, webhooks), and a chart with `crds/`. The real charts come from
+//! bindings, a kube-system Role, webhooks), kyverno 3.9.0's aggregated ClusterRoles under two
+//! release names beside an administrator's `helm install`, and a chart with `crds/`. The real charts come from
 //! `testdata/real-charts`; what the generated RBAC allows is asked of the real authorizer.
 
 mod support;
 
 use std::time::Duration;
 
+use compositor::api::CompositionDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -931,5 +933,182 @@ async fn charts_that_bring_crds_in_any_shape_install() {
         )
         .await;
         wait_gone(&compositions, chart).await;
+    }
+}
+
+/// kyverno 3.9.0's four ClusterRoles that aggregate its `…:core` roles install through
+/// compositor, each as its approval line says, under a release name with and without the
+/// chart's: named by kyverno's `fullname` helper (`kv-kyverno:…`, `team-kyverno:…`), their
+/// selectors filled for the release, and gathering what an administrator's `helm install` of the
+/// same chart into another namespace gathers.
+#[tokio::test]
+async fn kyvernos_aggregated_roles_install_as_approved_under_any_release_name() {
+    let chart = support::real_chart("kyverno-3.9.0.tgz");
+    let mut fixture = Fixture::new("real-kyverno").await;
+    // kyverno's default render (22 CRDs, some 3 MiB) needs more than the 192 MiB of data a
+    // resident engine may take: the operator and the controller run a helm process per call,
+    // which may take 1 GiB of address space.
+    let helm = support::env("HELM_BIN");
+    fixture.operator = support::Process::operator_with(&fixture.namespace, &["--helm", &helm]);
+    let definition = fixture
+        .define("kyvernos", &publish(&chart), json!({}))
+        .await;
+    // Without its default render (a Helm call that ran out of memory, say) the footprint has
+    // only the kinds its templates name, no ClusterRole rules and no aggregations, and every
+    // composition would be refused (RoleNotAllowed) until the render is tried again (30 s).
+    let definitions =
+        Api::<CompositionDefinition>::namespaced(fixture.client.clone(), &fixture.namespace);
+    let mut status = definition.status.unwrap();
+    for _ in 0..240 {
+        let rules = status.versions.first().and_then(|v| v.footprint.as_ref());
+        if status.warnings.is_empty() && rules.is_some_and(|f| !f.cluster_rules.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        status = definitions.get("kyvernos").await.unwrap().status.unwrap();
+    }
+    assert!(
+        status.warnings.is_empty(),
+        "kyverno renders with its defaults: {:?}",
+        status.warnings
+    );
+    assert_eq!(status.crd.unwrap().stored_version, "v3-9-0");
+    const CONTROLLER: &str = "kyvernos-v3-9-0-controller";
+    let (controller, _cache) =
+        support::definitions::run_controller_with(&fixture, CONTROLLER, &["--helm", &helm]).await;
+    // One namespace each: kyverno names its ServiceAccounts `kyverno-<component>` whatever the
+    // release, so two releases never share one.
+    let mut teams = Vec::new();
+    for prefix in ["real-kyverno-team", "real-kyverno-other"] {
+        let team = support::namespace(&fixture.client, prefix).await;
+        let compositions = fixture.compositions("Kyverno", "kyvernos", "v3-9-0", &team);
+        teams.push((team, compositions));
+    }
+    let version = format!("{}/v3-9-0", fixture.group);
+    // Its pre-delete hooks wait for pods a test bed without a kubelet never runs. Its 22 CRDs
+    // (some 3 MiB of the render) are left out: an upgrade that applies them can take more
+    // memory than a Helm call may (RenderTooLarge), and two releases of kyverno could not both
+    // own them anyway; what aggregates is the same with or without them.
+    let spec = json!({"webhooksCleanup": {"enabled": false}, "crds": {"install": false}});
+    let roles = Api::<ClusterRole>::all(fixture.client.clone());
+    let components = [
+        "admission-controller",
+        "background-controller",
+        "cleanup-controller",
+        "reports-controller",
+    ];
+    for (release, fullname, (team, compositions)) in [
+        ("kv", "kv-kyverno", &teams[0]),
+        ("team-kyverno", "team-kyverno", &teams[1]),
+    ] {
+        create_ready(
+            compositions,
+            &version,
+            ("Kyverno", release, spec.clone()),
+            &controller,
+        )
+        .await;
+        assert!(helm_has(release, team), "release {release} deployed");
+        for component in components {
+            let role = roles
+                .get(&format!("{fullname}:{component}"))
+                .await
+                .expect("the aggregated ClusterRole");
+            let selectors = serde_json::to_value(role.aggregation_rule.unwrap()).unwrap();
+            assert_eq!(
+                selectors["clusterRoleSelectors"][1]["matchLabels"],
+                json!({"app.kubernetes.io/component": component,
+                       "app.kubernetes.io/instance": release,
+                       "app.kubernetes.io/part-of": fullname}),
+                "{selectors}"
+            );
+        }
+    }
+    let reference = roles
+        .get(&format!(
+            "compositor:{}:kyvernos-v3-9-0:chart",
+            fixture.namespace
+        ))
+        .await
+        .unwrap();
+    let entries = &reference.annotations()["compositor.dev/aggregations"];
+    assert_eq!(
+        entries.lines().count(),
+        8,
+        "four roles for each release: {entries}"
+    );
+    let line = format!(
+        "{}/kyvernos cluster-wide: aggregate ClusterRole {{fullname:kyverno}}:admission-controller \
+         from matchLabels rbac.kyverno.io/aggregate-to-admission-controller=true | matchLabels \
+         app.kubernetes.io/component=admission-controller,app.kubernetes.io/instance={{release}},\
+         app.kubernetes.io/part-of={{fullname:kyverno}}",
+        fixture.namespace
+    );
+    assert!(entries.contains(&line), "{entries}");
+
+    // An administrator's install of the same chart into another namespace, beside them.
+    let admin = support::namespace(&fixture.client, "real-kyverno-admin").await;
+    support::Helm::new().ok(
+        &[
+            "install",
+            "admin-kyverno",
+            chart.to_str().unwrap(),
+            "-n",
+            &admin,
+            "--set",
+            "webhooksCleanup.enabled=false",
+            "--set",
+            "crds.install=false",
+        ],
+        None,
+    );
+    // Both release names hold the chart's, so kyverno names both the same way.
+    for component in components {
+        let ours = roles
+            .get(&format!("team-kyverno:{component}"))
+            .await
+            .unwrap();
+        let theirs = roles
+            .get(&format!("admin-kyverno:{component}"))
+            .await
+            .unwrap();
+        let selected = |role: &ClusterRole, release: &str| {
+            let text = serde_json::to_string(&role.aggregation_rule).unwrap();
+            text.replace(release, "RELEASE")
+        };
+        assert_eq!(
+            selected(&ours, "team-kyverno"),
+            selected(&theirs, "admin-kyverno")
+        );
+        // Kubernetes' aggregation controller fills both with their `…:core` role's rules.
+        let core = roles
+            .get(&format!("team-kyverno:{component}:core"))
+            .await
+            .unwrap();
+        support::eventually(
+            "the aggregated roles hold their core role's rules",
+            Duration::from_secs(60),
+            || {
+                let roles = roles.clone();
+                let core = core.rules.clone();
+                async move {
+                    let ours = roles
+                        .get(&format!("team-kyverno:{component}"))
+                        .await
+                        .unwrap();
+                    let theirs = roles
+                        .get(&format!("admin-kyverno:{component}"))
+                        .await
+                        .unwrap();
+                    ours.rules == core && theirs.rules == core
+                }
+            },
+        )
+        .await;
+    }
+    support::Helm::new().ok(&["uninstall", "admin-kyverno", "-n", &admin], None);
+    for (release, (team, compositions)) in ["kv", "team-kyverno"].into_iter().zip(&teams) {
+        wait_gone(compositions, release).await;
+        assert!(!helm_has(release, team));
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
+use super::aggregation::{self, Selector};
 use super::naming::{NAMESPACE, PROBE_NAMESPACE, Probe, ReleasePlace};
 use super::rules::{HELM_VERBS, kind_rules, rule};
 use super::subjects::{Subject, SubjectBinding};
@@ -51,9 +52,10 @@ pub struct ClusterUse {
     pub rules: Vec<PolicyRule>,
     /// ClusterRoles that the chart's ClusterRoleBindings name but the chart does not define.
     pub bound_cluster_roles: BTreeSet<String>,
-    /// The chart's ClusterRoles that aggregate others (`aggregationRule`), by name pattern:
-    /// no release may write one.
-    pub aggregated: BTreeSet<String>,
+    /// The chart's ClusterRoles that aggregate others (`aggregationRule`), by name pattern: what
+    /// each selects (values as patterns), or why that is refused outright
+    /// ([`super::aggregation`]).
+    pub aggregated: BTreeMap<String, Result<Vec<Selector>, String>>,
     /// Kinds Helm lists and watches at cluster scope: the CustomResourceDefinitions of `crds/`,
     /// which Helm waits to see established before it installs the rest.
     pub watched: BTreeSet<ResolvedKind>,
@@ -104,9 +106,12 @@ impl Footprint {
                 names.insert(pattern(&document.object.name));
                 if is_rbac(document, "ClusterRole") {
                     add_rules(&mut footprint.cluster.rules, rules_of(document, probe));
-                    if !document.body["aggregationRule"].is_null() {
+                    let rule = &document.body["aggregationRule"];
+                    if !rule.is_null() {
                         let name = pattern(&document.object.name);
-                        footprint.cluster.aggregated.insert(name);
+                        let selectors = aggregation::selectors(rule)
+                            .map(|selectors| aggregation::patterns(selectors, probe));
+                        footprint.cluster.aggregated.insert(name, selectors);
                     }
                 } else if is_rbac(document, "ClusterRoleBinding")
                     && !defined_cluster_roles.contains(&role_ref("name"))
@@ -286,6 +291,52 @@ impl Footprint {
             );
         }
         rules
+    }
+
+    /// The line that approves each of the chart's aggregated ClusterRoles for `definition`
+    /// (`namespace/name`), its name and selectors as patterns: asked before anything is served.
+    pub fn aggregation_lines(&self, definition: &str) -> BTreeSet<String> {
+        let approvable = self.cluster.aggregated.iter();
+        approvable
+            .filter_map(|(role, selectors)| {
+                let selectors = selectors.as_ref().ok()?;
+                Some(aggregation::line(definition, role, selectors))
+            })
+            .collect()
+    }
+
+    /// The chart's aggregated ClusterRoles that no approval can admit, each with why.
+    pub fn refused_aggregations(&self) -> Vec<String> {
+        let refused = self.cluster.aggregated.iter();
+        let mut refused: Vec<String> = refused
+            .filter_map(|(role, selectors)| {
+                let why = selectors.as_ref().err()?;
+                Some(format!("{role}: {why}"))
+            })
+            .collect();
+        if self.cluster.aggregated.len() > aggregation::MAX_ROLES {
+            refused.push(format!(
+                "{} aggregated ClusterRoles, more than the {} that can be approved",
+                self.cluster.aggregated.len(),
+                aggregation::MAX_ROLES
+            ));
+        }
+        refused
+    }
+
+    /// The [`aggregation::entry`] of each aggregated ClusterRole for each of `releases`, as
+    /// approved for `definition`: exactly what a release may aggregate, by name.
+    pub fn aggregation_entries(&self, definition: &str, releases: &[ReleasePlace]) -> Vec<String> {
+        let mut entries = Vec::new();
+        for (role, selectors) in &self.cluster.aggregated {
+            let Ok(selectors) = selectors else { continue };
+            let line = aggregation::line(definition, role, selectors);
+            for place in releases {
+                let filled = aggregation::fill(selectors, place);
+                entries.push(aggregation::entry(&place.fill(role), &filled, &line));
+            }
+        }
+        entries
     }
 
     /// The footprint as the definition's status shows it.

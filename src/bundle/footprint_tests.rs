@@ -306,10 +306,61 @@ fn clusterroles_that_aggregate_are_named() {
     let aggregated: Vec<&str> = footprint
         .cluster
         .aggregated
-        .iter()
+        .keys()
         .map(String::as_str)
         .collect();
     assert_eq!(aggregated, ["{release}-admin"]);
+    assert_eq!(
+        footprint.aggregation_lines("team/app"),
+        ["team/app cluster-wide: aggregate ClusterRole {release}-admin from matchLabels app/aggregate-to-admin=true".to_string()].into()
+    );
+}
+
+/// kyverno 3.9.0's ClusterRoles as release `release` renders them (in namespace `team`).
+fn kyverno(release: &str) -> Vec<crate::helm::RenderedDocument> {
+    let path = format!("testdata/real-charts/kyverno-3.9.0-clusterroles/{release}.yaml");
+    parse_documents(&std::fs::read_to_string(&path).expect(&path)).expect("manifest")
+}
+
+#[test]
+fn kyvernos_own_clusterroles_are_covered_and_its_aggregations_approvable_under_any_release_name() {
+    // As the operator learns it: names after kyverno's `fullname` helper.
+    let probe = Probe::with_fullnames(vec!["kyverno".into()]);
+    let footprint = Footprint::derive(&kyverno("relprobe"), &probe, &BTreeSet::new(), &resolved());
+    let lines: Vec<String> = footprint.aggregation_lines("team/kv").into_iter().collect();
+    assert!(footprint.refused_aggregations().is_empty());
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        "team/kv cluster-wide: aggregate ClusterRole {fullname:kyverno}:admission-controller \
+         from matchLabels rbac.kyverno.io/aggregate-to-admission-controller=true | matchLabels \
+         app.kubernetes.io/component=admission-controller,app.kubernetes.io/instance={release},\
+         app.kubernetes.io/part-of={fullname:kyverno}"
+    );
+    let clusterroles = kind("rbac.authorization.k8s.io", "clusterroles", false);
+    for release in ["kv", "team-kyverno", "relprobe"] {
+        let place = place(release, "team");
+        let reference = footprint.chart_cluster_rules(std::slice::from_ref(&place));
+        let rendered = kyverno(release);
+        let mut names = BTreeSet::new();
+        for role in &rendered {
+            let rules: Vec<PolicyRule> =
+                serde_json::from_value(role.body["rules"].clone()).unwrap_or_default();
+            let uncovered = crate::bundle::uncovered(&reference, &rules);
+            assert!(
+                uncovered.is_empty(),
+                "{release}: {}: {uncovered:?}",
+                role.object.name
+            );
+            names.insert(role.object.name.clone());
+        }
+        // Every one of them is the chart's own by name, so the release may write it.
+        let granted: BTreeSet<String> = footprint.cluster.objects[&clusterroles]
+            .iter()
+            .map(|pattern| place.fill(pattern))
+            .collect();
+        assert_eq!(names, granted, "{release}");
+    }
 }
 
 #[test]

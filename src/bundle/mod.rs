@@ -4,6 +4,7 @@
 //! The bundle is described once, as typed objects built by a pure function; applying, listing
 //! and deleting all work from that description and from the labels it sets.
 
+pub mod aggregation;
 pub mod approval;
 mod footprint;
 mod kinds;

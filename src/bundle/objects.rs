@@ -139,16 +139,33 @@ impl<'a> Shared<'a> {
             .labels
             .get_or_insert_default()
             .insert(CHART_REFERENCE_LABEL.to_string(), "true".to_string());
+        let definition = super::definition_key(self.definition).to_string();
+        let permissions = &self.controller.permissions;
         let bindings = self.subject_bindings();
         if !bindings.is_empty() {
-            let definition = super::definition_key(self.definition).to_string();
-            let releases = &self.controller.permissions.releases;
+            let releases = &permissions.releases;
             let listed = subjects::bindings_annotation(&definition, &bindings, releases);
             let annotations = metadata.annotations.get_or_insert_default();
             annotations.insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
-            if let Some(operator) = &self.controller.permissions.operator {
+            if let Some(operator) = &permissions.operator {
                 annotations.insert(subjects::OPERATOR_ANNOTATION.to_string(), operator.clone());
             }
+        }
+        let entries = permissions
+            .footprint
+            .aggregation_entries(&definition, &permissions.releases);
+        if !entries.is_empty() {
+            let lines = permissions.footprint.aggregation_lines(&definition);
+            let lines: Vec<String> = lines.into_iter().collect();
+            let annotations = metadata.annotations.get_or_insert_default();
+            annotations.insert(
+                super::aggregation::AGGREGATIONS_ANNOTATION.to_string(),
+                entries.join("\n"),
+            );
+            annotations.insert(
+                super::aggregation::AGGREGATION_LINES_ANNOTATION.to_string(),
+                lines.join("\n"),
+            );
         }
         ClusterRole {
             metadata,

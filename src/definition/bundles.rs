@@ -218,12 +218,13 @@ async fn apply_version(
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
-    require_approval(
-        context,
-        &controller.resource.version,
-        bundle.grants_needing_approval(&definition_ref(definition)),
-    )
-    .await?;
+    let mut needed = bundle.grants_needing_approval(&definition_ref(definition));
+    needed.extend(
+        footprint
+            .footprint
+            .aggregation_lines(&definition_ref(definition)),
+    );
+    require_approval(context, &controller.resource.version, needed).await?;
     let objects = bundle.objects().map_err(Error::Bundle)?;
     let keys = objects.iter().map(objects::key).collect();
     warnings
@@ -282,9 +283,10 @@ fn controller_bundle(
 
 /// Asks, before the CRD version is applied, for the approval of what its controller would be
 /// granted once compositions exist: the bundle as it would be for one release, whose name and
-/// namespace stay placeholders. Lines that name a release's own objects can be approved only
-/// per release, so they are asked when that release exists ([`apply`]); those of the chart's
-/// bindings to subjects that need approval keep their patterns, and are asked now.
+/// namespace stay placeholders, and the chart's aggregated ClusterRoles. Lines that name a
+/// release's own objects can be approved only per release, so they are asked when that release
+/// exists ([`apply`]); those of the chart's bindings to subjects that need approval and of its
+/// aggregations keep their patterns, and are asked now.
 pub(super) async fn approve_ahead(
     definition: &CompositionDefinition,
     context: &Context,
@@ -314,8 +316,10 @@ pub(super) async fn approve_ahead(
     let definition = definition_ref(definition);
     let mut needed = bundle.grants_needing_approval(&definition);
     needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
-    // A binding's line keeps its patterns: it is approved once for every release.
+    // A binding's line keeps its patterns: it is approved once for every release; so does an
+    // aggregated role's, which names it and its selectors.
     needed.extend(bundle.binding_grants(&definition));
+    needed.extend(footprint.aggregation_lines(&definition));
     require_approval(context, &resource.version, needed).await
 }
 

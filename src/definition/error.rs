@@ -29,17 +29,17 @@ pub enum Error {
         /// The CRD's name.
         crd: String,
     },
-    /// The chart's default render has ClusterRoles that aggregate others, which compositor never
-    /// lets a release write.
+    /// The chart's default render has ClusterRoles whose aggregation no approval can admit: a
+    /// selector that could gather Kubernetes' or compositor's own roles, or `matchExpressions`.
     #[error(
-        "with its default values the chart writes ClusterRoles that aggregate other roles \
-         (aggregationRule), which Kubernetes lets only cluster-admin or a holder of escalate on \
-         every ClusterRole write and compositor never grants; use a chart version whose defaults \
+        "with its default values the chart writes ClusterRoles whose aggregationRule could gather \
+         Kubernetes' or compositor's own roles, which no approval admits (only matchLabels \
+         selectors of the chart's own labels can be approved); use a chart version whose defaults \
          leave them out, one line each:\n{}",
         roles.join("\n")
     )]
     AggregatedRoles {
-        /// Each ClusterRole, its name as a pattern.
+        /// Each ClusterRole, its name as a pattern, and why.
         roles: Vec<String>,
     },
     /// A republished chart version changes its schema incompatibly.

@@ -164,9 +164,8 @@ async fn converge(
     let fetched = resolve_chart(definition, context, status).await?;
     let footprint = inputs::chart_footprint(context, &fetched).await;
     crds::check_chart_crds(&context.client, &footprint.footprint).await?;
-    let aggregated = &footprint.footprint.cluster.aggregated;
-    if !aggregated.is_empty() {
-        let roles = aggregated.iter().cloned().collect();
+    let roles = footprint.footprint.refused_aggregations();
+    if !roles.is_empty() {
         return Err(Error::AggregatedRoles { roles });
     }
     let planned = crds::plan(definition, &fetched)?;
