@@ -7,11 +7,11 @@
 //! - prometheus 29.27.0, whose subcharts' schemas require values only the subcharts' own
 //!   values.yaml give (alertmanager requires `replicaCount`, `image`, `serviceAccount`, …): a
 //!   composition with no values at all installs, as Helm does;
-//! - crossplane, whose default render writes ClusterRoles that aggregate others (which only
-//!   cluster-admin may write): the definition says so, one line per role, before any API is
-//!   served, and never fails a first install with advice that cannot help;
+//! - crossplane, whose default render writes ClusterRoles that aggregate others: each is an
+//!   approval line naming its selectors, and once approved the API is served;
 //! - external-secrets 2.9.0 and argo-cd 10.1.1 (from `testdata/real-charts`), whose renders
-//!   need more memory than a long-serving engine had left, and traefik 41.3.0: each installs
+//!   need more memory than a long-serving engine had left, sealed-secrets 2.18.5, which binds a
+//!   role to the Group `system:authenticated`, and traefik 41.3.0: each installs
 //!   through compositor with its default values as it does by an administrator's `helm
 //!   install`, and the two times are printed side by side.
 
@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::Api;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use compositor::api::{CompositionDefinition, find_condition};
@@ -36,20 +38,27 @@ fn published(file: &str) -> PathBuf {
 
 /// An administrator's `helm install` of `chart` as `release` in a new namespace; the namespace.
 async fn admin_install(client: &kube::Client, chart: &std::path::Path, release: &str) -> String {
-    timed_admin_install(client, chart, release).await.0
+    timed_admin_install(client, chart, release, &json!({}))
+        .await
+        .0
 }
 
-/// The same, with the time `helm install` took.
+/// The same with `values`, and the time `helm install` took.
 async fn timed_admin_install(
     client: &kube::Client,
     chart: &std::path::Path,
     release: &str,
+    values: &Value,
 ) -> (String, Duration) {
     let namespace = support::namespace(client, release).await;
     let helm = support::Helm::new();
     let chart = chart.to_str().unwrap();
+    let values = values.to_string();
     let started = Instant::now();
-    helm.ok(&["install", release, chart, "-n", &namespace], None);
+    helm.ok(
+        &["install", release, chart, "-n", &namespace, "-f", "-"],
+        Some(&values),
+    );
     let took = started.elapsed();
     let status = helm.ok(&["status", release, "-n", &namespace, "-o", "json"], None);
     let status: Value = serde_json::from_str(&status).unwrap();
@@ -60,16 +69,17 @@ async fn timed_admin_install(
     (namespace, took)
 }
 
-/// Installs real chart `file` by an administrator's `helm install`, then (once that release is
-/// gone: these charts write objects of fixed names) through compositor as a composition with
-/// no values; both releases write the same kinds of objects. The two times are printed.
-async fn installs_as_helm_does(file: &str, plural: &str) {
+/// Installs real chart `file` with `values` by an administrator's `helm install`, then (once
+/// that release is gone: these charts write objects of fixed names) through compositor as a
+/// composition with the same values; both releases write the same kinds of objects. The two
+/// times are printed.
+async fn installs_as_helm_does(file: &str, plural: &str, values: Value) {
     let chart = support::real_chart(file);
     let fixture = Fixture::new(&format!("pub-{}", &plural[..plural.len().min(6)])).await;
     let helm = support::Helm::new();
     let baseline = support::unique(&format!("{plural}-admin"));
     let (baseline_namespace, by_helm) =
-        timed_admin_install(&fixture.client, &chart, &baseline).await;
+        timed_admin_install(&fixture.client, &chart, &baseline, &values).await;
     let kinds = |manifest: &str| -> Vec<String> {
         let mut kinds: Vec<String> = manifest
             .lines()
@@ -87,10 +97,19 @@ async fn installs_as_helm_does(file: &str, plural: &str) {
         &["uninstall", &baseline, "-n", &baseline_namespace, "--wait"],
         None,
     );
+    // Objects the chart keeps past an uninstall (`helm.sh/resource-policy: keep`, as argo-cd's
+    // CRDs) are still the administrator's release's: Helm would refuse to take them over.
+    let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
+    for crd in crds.list(&ListParams::default()).await.unwrap() {
+        if crd.annotations().get("meta.helm.sh/release-name") == Some(&baseline) {
+            let name = crd.name_any();
+            crds.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+    }
 
     let definition = fixture.define(plural, &publish(&chart), json!({})).await;
     let started = Instant::now();
-    let installed = fixture.ready_with_no_values(definition, plural).await;
+    let installed = fixture.ready_with(definition, plural, values).await;
     let through_compositor = started.elapsed();
     let (name, team) = (installed.name.as_str(), installed.namespace.as_str());
     assert_eq!(
@@ -109,17 +128,29 @@ async fn installs_as_helm_does(file: &str, plural: &str) {
 
 #[tokio::test]
 async fn external_secrets_installs_as_helm_does() {
-    installs_as_helm_does("external-secrets-2.9.0.tgz", "secretstores").await;
+    installs_as_helm_does("external-secrets-2.9.0.tgz", "secretstores", json!({})).await;
 }
 
 #[tokio::test]
 async fn argo_cd_installs_as_helm_does() {
-    installs_as_helm_does("argo-cd-10.1.1.tgz", "argocds").await;
+    // Its pre-install hook Job runs Argo CD's image, which the test bed's node does not have:
+    // Helm would wait for it, by hand as through compositor. Its names follow its fullname
+    // helper's default name, `argocd`, not the chart's: a release named with `argocd` in it
+    // gets other names than the footprint learnt, so these names leave it out.
+    let values = json!({"redisSecretInit": {"enabled": false}});
+    installs_as_helm_does("argo-cd-10.1.1.tgz", "cdservers", values).await;
+}
+
+#[tokio::test]
+async fn sealed_secrets_installs_as_helm_does() {
+    // Its RoleBinding to the Group system:authenticated is approved here as an administrator's
+    // operator approves every line (see operator_policy.rs for the approval itself).
+    installs_as_helm_does("sealed-secrets-2.18.5.tgz", "sealedsecrets", json!({})).await;
 }
 
 #[tokio::test]
 async fn traefik_installs_as_helm_does() {
-    installs_as_helm_does("traefik-41.3.0.tgz", "traefiks").await;
+    installs_as_helm_does("traefik-41.3.0.tgz", "traefiks", json!({})).await;
 }
 
 #[tokio::test]
@@ -209,7 +240,7 @@ async fn prometheus_installs_with_nothing_but_its_subcharts_defaults() {
 }
 
 #[tokio::test]
-async fn crossplanes_aggregated_roles_are_refused_before_anything_is_served() {
+async fn crossplanes_aggregated_roles_are_served_once_approved() {
     let chart = published("crossplane-0.0.1.tgz");
     let fixture = Fixture::new("pub-xp").await;
     // crossplane names its ClusterRoles after the chart, not the release: one install at a
@@ -238,6 +269,9 @@ async fn crossplanes_aggregated_roles_are_refused_before_anything_is_served() {
         }),
     )
     .await;
+    // The operator here runs as the test bed's administrator, so every line it asks is
+    // approved (tests/operator_policy.rs asks them of a real approval): one line per aggregated
+    // role, each with its selectors, and then the API is served.
     let definitions =
         Api::<CompositionDefinition>::namespaced(fixture.client.clone(), &fixture.namespace);
     let mut last = None;
@@ -248,10 +282,9 @@ async fn crossplanes_aggregated_roles_are_refused_before_anything_is_served() {
             .expect("definition")
             .status
             .unwrap_or_default();
-        let refused = find_condition(&status.conditions, "ControllerReady")
-            .is_some_and(|c| c.status == "False");
+        let verdict = find_condition(&status.conditions, "ControllerReady").is_some();
         last = Some(status);
-        if refused {
+        if verdict {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -259,24 +292,9 @@ async fn crossplanes_aggregated_roles_are_refused_before_anything_is_served() {
     let status = last.unwrap();
     let condition = find_condition(&status.conditions, "ControllerReady").expect("a verdict");
     assert_eq!(
-        condition.reason, "AggregatedRoleNotAllowed",
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "BundleApplied"),
         "{condition:?}"
     );
-    let lines: Vec<&str> = condition.message.lines().skip(1).collect();
-    assert_eq!(
-        lines,
-        [
-            "crossplane",
-            "crossplane-admin",
-            "crossplane-browse",
-            "crossplane-edit",
-            "crossplane-view",
-            "crossplane:allowed-provider-permissions",
-        ],
-        "one line per role: {condition:?}"
-    );
-    let ready = find_condition(&status.conditions, "Ready").expect("Ready");
-    assert_eq!(ready.status, "False");
-    assert!(status.crd.is_none(), "no API is served: {status:?}");
-    assert!(status.versions.is_empty(), "no controller: {status:?}");
+    assert!(status.crd.is_some(), "the API is served: {status:?}");
 }

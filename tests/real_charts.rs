@@ -944,12 +944,7 @@ async fn charts_that_bring_crds_in_any_shape_install() {
 #[tokio::test]
 async fn kyvernos_aggregated_roles_install_as_approved_under_any_release_name() {
     let chart = support::real_chart("kyverno-3.9.0.tgz");
-    let mut fixture = Fixture::new("real-kyverno").await;
-    // kyverno's default render (22 CRDs, some 3 MiB) needs more than the 192 MiB of data a
-    // resident engine may take: the operator and the controller run a helm process per call,
-    // which may take 1 GiB of address space.
-    let helm = support::env("HELM_BIN");
-    fixture.operator = support::Process::operator_with(&fixture.namespace, &["--helm", &helm]);
+    let fixture = Fixture::new("real-kyverno").await;
     let definition = fixture
         .define("kyvernos", &publish(&chart), json!({}))
         .await;
@@ -974,8 +969,7 @@ async fn kyvernos_aggregated_roles_install_as_approved_under_any_release_name() 
     );
     assert_eq!(status.crd.unwrap().stored_version, "v3-9-0");
     const CONTROLLER: &str = "kyvernos-v3-9-0-controller";
-    let (controller, _cache) =
-        support::definitions::run_controller_with(&fixture, CONTROLLER, &["--helm", &helm]).await;
+    let (controller, _cache) = run_controller(&fixture, CONTROLLER).await;
     // One namespace each: kyverno names its ServiceAccounts `kyverno-<component>` whatever the
     // release, so two releases never share one.
     let mut teams = Vec::new();
@@ -986,9 +980,8 @@ async fn kyvernos_aggregated_roles_install_as_approved_under_any_release_name() 
     }
     let version = format!("{}/v3-9-0", fixture.group);
     // Its pre-delete hooks wait for pods a test bed without a kubelet never runs. Its 22 CRDs
-    // (some 3 MiB of the render) are left out: an upgrade that applies them can take more
-    // memory than a Helm call may (RenderTooLarge), and two releases of kyverno could not both
-    // own them anyway; what aggregates is the same with or without them.
+    // are left out: two releases of kyverno could not both own them; what aggregates is the
+    // same with or without them.
     let spec = json!({"webhooksCleanup": {"enabled": false}, "crds": {"install": false}});
     let roles = Api::<ClusterRole>::all(fixture.client.clone());
     let components = [

@@ -149,10 +149,12 @@ impl Error {
         let render_failure = error.is_render_failure();
         let rejected = error.is_rejected();
         let forbidden = error.is_forbidden();
-        if withhold && forbidden {
-            // The administrator's to read, not the tenant's: the request the cluster refused
-            // (verb, resource, name, the template that asked) holds no content of the cluster.
-            tracing::warn!(%step, refusal = %error, "the cluster refused a request of the render; Helm's words are withheld from the composition");
+        if withhold && !render_failure {
+            // The administrator's to read, not the tenant's. Past rendering, Helm's words are
+            // the cluster's answers to what it asked and wrote (a refused request names verb,
+            // resource and name), not what a template read; a render's own failure may quote
+            // what it looked up, so it stays withheld everywhere.
+            tracing::warn!(%step, helm = %error, "Helm's words, withheld from the composition");
         }
         let error = match withhold {
             true => error.withheld(),
@@ -165,12 +167,8 @@ impl Error {
         } else if rejected {
             Error::Rejected(step, crate::runtime::error_message(&error))
         } else if forbidden {
-            let log = match withhold {
-                true => "; the request refused is in the controller's log",
-                false => "",
-            };
             Error::PermissionsMissing(format!(
-                "{step} was refused: {}{log}",
+                "{step} was refused: {}",
                 crate::runtime::error_message(&error)
             ))
         } else {

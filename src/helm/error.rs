@@ -157,7 +157,7 @@ impl Error {
                 Error::Failed {
                     verb,
                     message: format!(
-                        "stopped{at}; Helm's own message is withheld, since this render could read the cluster (lookup in the chart, or templates in the values)"
+                        "stopped{at}; Helm's own message is withheld, since this render could read the cluster (lookup in the chart, or templates in the values); unless the render itself failed, the controller's log has it"
                     ),
                 }
             }

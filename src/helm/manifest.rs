@@ -65,14 +65,22 @@ pub fn parse_manifest(manifest: &str) -> Result<Vec<RenderedObject>, ManifestErr
         .collect())
 }
 
-/// Every document of a multi-document manifest, whole; empty documents are skipped.
+/// Every document of a multi-document manifest, whole; empty documents are skipped. Helm
+/// names each file's source once, before its first document: a document without a `# Source:`
+/// line is the last named file's (a second document of a file, or the first of a file that
+/// starts with `---`, as traefik's `crds/` do).
 pub fn parse_documents(manifest: &str) -> Result<Vec<RenderedDocument>, ManifestError> {
     let mut documents = Vec::new();
+    let mut last_source = None;
     for (index, chunk) in split_documents(manifest).into_iter().enumerate() {
-        let source = chunk
+        let named = chunk
             .lines()
             .find_map(|line| line.strip_prefix("# Source: "))
             .map(|source| source.trim().to_string());
+        if named.is_some() {
+            last_source = named;
+        }
+        let source = last_source.clone();
         let body: Option<Value> = serde_saphyr::from_str(chunk).map_err(ManifestError::Yaml)?;
         let Some(body) = body.filter(|body| !body.is_null()) else {
             continue;
@@ -122,6 +130,25 @@ fn split_documents(manifest: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_without_a_source_line_is_the_last_named_files() {
+        let manifest = "---\n# Source: t/crds/a.yaml\n---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: a.t.io}\n---\n# Source: t/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: one}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: two}\n";
+        let documents = parse_documents(manifest).expect("parse");
+        let sources: Vec<(&str, Option<&str>)> = documents
+            .iter()
+            .map(|d| (d.object.name.as_str(), d.source.as_deref()))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                ("a.t.io", Some("t/crds/a.yaml")),
+                ("one", Some("t/templates/cm.yaml")),
+                ("two", Some("t/templates/cm.yaml")),
+            ]
+        );
+        assert!(documents[0].is_chart_crd());
+    }
 
     #[test]
     fn reads_every_object_and_skips_empty_documents() {

@@ -123,19 +123,31 @@ impl Fixture {
         namespace: &str,
         name: &str,
     ) -> Api<DynamicObject> {
+        self.create_with(definition, namespace, name, json!({}))
+            .await
+    }
+
+    /// The same, with `spec` as its values.
+    pub async fn create_with(
+        &self,
+        definition: &CompositionDefinition,
+        namespace: &str,
+        name: &str,
+        spec: Value,
+    ) -> Api<DynamicObject> {
         let status = definition.status.clone().unwrap();
         let crd = status.crd.expect("the API is served");
         let version = &status.versions[0];
         let compositions = self.compositions(&crd.kind, &crd.plural, &version.version, namespace);
         let composition: DynamicObject = serde_json::from_value(json!({
             "apiVersion": format!("{}/{}", crd.group, version.version), "kind": crd.kind,
-            "metadata": {"name": name}, "spec": {},
+            "metadata": {"name": name}, "spec": spec,
         }))
         .unwrap();
         compositions
             .create(&PostParams::default(), &composition)
             .await
-            .expect("a composition with no values");
+            .expect("a composition");
         compositions
     }
 
@@ -146,11 +158,21 @@ impl Fixture {
         definition: CompositionDefinition,
         prefix: &str,
     ) -> Installed {
+        self.ready_with(definition, prefix, json!({})).await
+    }
+
+    /// The same, with `spec` as its values.
+    pub async fn ready_with(
+        &self,
+        definition: CompositionDefinition,
+        prefix: &str,
+        spec: Value,
+    ) -> Installed {
         let status = definition.status.clone().unwrap();
         let (controller, cache) = run_controller(self, &status.versions[0].controller).await;
         let team = super::namespace(&self.client, prefix).await;
         let name = super::unique(prefix);
-        let compositions = self.create_with_no_values(&definition, &team, &name).await;
+        let compositions = self.create_with(&definition, &team, &name, spec).await;
         let ready = wait_status(
             &compositions,
             &name,
