@@ -33,6 +33,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
+## crds: write compositor's own CRDs from the API types, where the chart and the tests read them
+crds:
+	$(CARGO) run --locked --quiet -- crds > crds/compositor.dev.yaml
+	cp crds/compositor.dev.yaml charts/compositor/crds/compositor.dev.yaml
+
 ## architecture: which module uses which (floors, circles, arrows between the two roles), and
 ## the files and functions past their length
 architecture:

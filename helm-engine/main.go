@@ -8,6 +8,8 @@
 // own code on Helm's own path, exactly as the CLI runs it: flags, storage, hooks, post-renderer
 // plugins, server-side apply.
 //
+// The one difference: a template's `lookup` sees only the release's own objects (lookup.go).
+//
 // Calls run one at a time. Helm's CLI keeps its settings in package variables that it reads from
 // the environment once, so each call sets the environment it was given and starts from fresh
 // settings, as Helm's own command tests do.
@@ -112,7 +114,7 @@ func run(call request) (answer reply) {
 		slog.SetDefault(slog.New(logHandler(&stderr, debug)))
 	}
 	code := 0
-	cmd, err := helmcmd.NewRootCmd(&stdout, call.Args, logToCall)
+	cmd, err := newRootCmd(&stdout, call.Args, logToCall)
 	if err == nil {
 		cmd.SetArgs(call.Args)
 		cmd.SetOut(&stdout)

@@ -376,6 +376,133 @@ async fn a_tenants_lookup_of_secrets_reaches_neither_status_nor_events() {
     }
 }
 
+/// What composition `name`'s render made of its note: the ConfigMap's note once Ready, or the
+/// reason it is not, once it stays so.
+async fn outcome(bed: &Bed, kind: &Kind, (team, tenant): (&str, &Client), name: &str) -> String {
+    let compositions = kind.compositions(tenant, team);
+    let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), team);
+    for _ in 0..240 {
+        let status = compositions.get(name).await.unwrap().data["status"].clone();
+        match ready_reason(&status) {
+            Some("Ready") => {
+                let map = maps.get(&format!("{name}-note")).await.unwrap();
+                return map.data.unwrap_or_default()["note"].clone();
+            }
+            Some(reason) if stalled(&status) || reason == "RenderFailed" => {
+                return reason.to_string();
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    panic!("{team}/{name} never settled\n{}", kind.controller.output());
+}
+
+#[tokio::test]
+async fn a_render_tells_nothing_of_objects_its_release_did_not_make() {
+    let (bed, kind, (team_a, tenant_a), (team_b, _)) = two_tenants("iso-oracle").await;
+    let tenant = (team_a.as_str(), &tenant_a);
+    secret(&bed.client, &team_a, "db", "s3cr3t").await;
+    secret(&bed.client, &team_b, "db", "s3cr3t").await;
+    let system = support::unique("db");
+    secret(&bed.client, "kube-system", &system, "s3cr3t").await;
+    let present = |kind: &str, namespace: &str, name: &str| {
+        format!(
+            r#"{{{{ if (lookup "v1" "{kind}" "{namespace}" "{name}") }}}}present{{{{ else }}}}absent{{{{ end }}}}"#
+        )
+    };
+    let listed = |kind: &str, namespace: &str| {
+        format!(
+            r#"{{{{ if (lookup "v1" "{kind}" "{namespace}" "").items }}}}listed{{{{ else }}}}none{{{{ end }}}}"#
+        )
+    };
+    kind.create(&tenant_a, &team_a, "first", json!({}), json!({}))
+        .await;
+    kind.wait(&tenant_a, &team_a, "first", "Ready").await;
+    // Pairs of probes that differ only in whether what they look up exists: each pair must
+    // render alike, whatever Helm's identity may read; and a list holds none of it.
+    let record = "sh.helm.release.v1.first.v1";
+    let pairs = [
+        (
+            present("Secret", &team_a, "db"),
+            present("Secret", &team_a, "no-db"),
+        ),
+        (
+            present("Secret", &team_a, record),
+            present("Secret", &team_a, "sh.helm.release.v1.none.v1"),
+        ),
+        (
+            present("ConfigMap", &team_a, "first-note"),
+            present("ConfigMap", &team_a, "none-note"),
+        ),
+        (
+            present("ConfigMap", &team_b, "b-note"),
+            present("ConfigMap", &team_b, "none-note"),
+        ),
+        (
+            present("Secret", &team_b, "db"),
+            present("Secret", &team_b, "no-db"),
+        ),
+        (
+            present("Secret", "kube-system", &system),
+            present("Secret", "kube-system", "no-db"),
+        ),
+        (
+            present("Namespace", "", "kube-system"),
+            present("Namespace", "", "no-such"),
+        ),
+        (listed("Secret", &team_a), "none".to_string()),
+        (listed("ConfigMap", &team_a), "none".to_string()),
+    ];
+    for (index, (exists, missing)) in pairs.iter().enumerate() {
+        for (side, note) in [("e", exists), ("m", missing)] {
+            let name = format!("probe-{index}-{side}");
+            kind.create(&tenant_a, &team_a, &name, json!({"note": note}), json!({}))
+                .await;
+        }
+    }
+    for (index, (exists, _)) in pairs.iter().enumerate() {
+        let seen = outcome(&bed, &kind, tenant, &format!("probe-{index}-e")).await;
+        let unseen = outcome(&bed, &kind, tenant, &format!("probe-{index}-m")).await;
+        assert_eq!(seen, unseen, "a render told whether it exists: {exists}");
+        assert!(
+            !seen.contains("present") && seen != "listed",
+            "{exists}: {seen}"
+        );
+    }
+
+    // What the release made, it finds again: its own ConfigMap, on the next upgrade.
+    let own = r#"{{ with (lookup "v1" "ConfigMap" .Release.Namespace "keeper-note") }}{{ .metadata.uid }}{{ else }}first{{ end }}"#;
+    kind.create(
+        &tenant_a,
+        &team_a,
+        "keeper",
+        json!({"note": own}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(outcome(&bed, &kind, tenant, "keeper").await, "first");
+    let again = json!({"spec": {"note": format!("{own}, again")}});
+    kind.compositions(&tenant_a, &team_a)
+        .patch("keeper", &PatchParams::default(), &Patch::Merge(&again))
+        .await
+        .expect("the tenant changes its note");
+    let maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &team_a);
+    let uid = maps.get("keeper-note").await.unwrap().metadata.uid.unwrap();
+    support::eventually(
+        "the note found its own ConfigMap",
+        Duration::from_secs(60),
+        || {
+            let maps = maps.clone();
+            let expected = format!("{uid}, again");
+            async move {
+                let map = maps.get("keeper-note").await.unwrap();
+                map.data.unwrap_or_default().get("note") == Some(&expected)
+            }
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_release_the_composition_did_not_make_is_never_upgraded_or_uninstalled() {
     let bed = Bed::new("iso-owner").await;

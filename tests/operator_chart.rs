@@ -131,7 +131,7 @@ fn the_chart_ships_the_repository_crds() {
     );
     assert!(
         repository == shipped,
-        "charts/compositor/crds is stale: cp crds/* charts/compositor/crds/"
+        "charts/compositor/crds is stale: run `make crds`"
     );
 }
 

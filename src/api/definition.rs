@@ -71,9 +71,9 @@ pub struct PermissionsSpec {
     )]
     pub namespaces: Vec<String>,
     /// Whether compositions' values may hold template actions (`{{ … }}`), which a chart's
-    /// `tpl` runs as the release identity. Off by default: such a template reads what that
-    /// identity may read (a `lookup` of the namespace's Secrets), and whether the render then
-    /// fails tells its author one bit of it per reconcile.
+    /// `tpl` runs as the release identity. Off by default: such a template has every function
+    /// of the chart's own (its `lookup`, like theirs, sees only the release's own objects), so a
+    /// definition's author allows it only for tenants trusted with writing templates.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub templates_in_values: bool,
 }

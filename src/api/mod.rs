@@ -102,7 +102,7 @@ mod tests {
         let committed = include_str!("../../crds/compositor.dev.yaml");
         assert!(
             committed == crds_yaml().expect("serialize CRDs"),
-            "crds/compositor.dev.yaml is stale: run `cargo run -- crds > crds/compositor.dev.yaml`"
+            "crds/compositor.dev.yaml is stale: run `make crds`"
         );
     }
 

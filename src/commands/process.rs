@@ -21,7 +21,9 @@ use crate::runtime::{
 #[derive(Args, Debug)]
 pub struct ProcessArgs {
     /// The helm binary, run once per call; when given, it is used rather than the resident
-    /// engine (default, without an engine: HELM_BIN, then PATH).
+    /// engine (default, without an engine: HELM_BIN, then PATH). A template's `lookup` is then
+    /// Helm's own, which reads whatever the release identity may read; the engine's sees only
+    /// the release's own objects.
     #[arg(long)]
     pub helm: Option<PathBuf>,
     /// The resident Helm engine (`helm-engine`), which serves calls without a process each and

@@ -1,0 +1,2 @@
+// An empty assembly file lets lookup.go declare, without a body, functions of Helm that
+// go:linkname binds.
