@@ -25,6 +25,8 @@ struct Chart {
     kind: &'static str,
     plural: &'static str,
     version: &'static str,
+    /// The definition's `spec.permissions`, when it has one.
+    permissions: Option<Value>,
 }
 
 impl Chart {
@@ -35,6 +37,7 @@ impl Chart {
             kind: "Plain",
             plural: "plains",
             version: "v0-1-0",
+            permissions: None,
         }
     }
 }
@@ -77,14 +80,17 @@ impl Rollout {
         let mut source = chart.source;
         source["credentials"] = json!({"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
                                        "passwordRef": {"name": "repo-password", "key": "password"}});
+        let mut spec = json!({
+            "chart": source,
+            "names": {"group": &group, "kind": chart.kind},
+            "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
+        });
+        if let Some(permissions) = chart.permissions {
+            spec["permissions"] = permissions;
+        }
         let definition: CompositionDefinition = serde_json::from_value(json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
-            "metadata": {"name": "rollout"},
-            "spec": {
-                "chart": source,
-                "names": {"group": &group, "kind": chart.kind},
-                "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
-            }
+            "metadata": {"name": "rollout"}, "spec": spec,
         }))
         .unwrap();
         let definitions = Api::<CompositionDefinition>::namespaced(client.clone(), &namespace);
@@ -716,6 +722,7 @@ async fn a_tenant_gets_cert_manager_in_a_namespace_of_its_own_on_every_cluster()
         kind: "Tenant",
         plural: "tenants",
         version: "v1-19-1",
+        permissions: None,
     };
     let rollout = Rollout::of(&remote, tenants).await;
     let acme = support::unique("acme");
@@ -739,4 +746,103 @@ async fn a_tenant_gets_cert_manager_in_a_namespace_of_its_own_on_every_cluster()
             "cert-manager's webhook in namespace {acme}"
         );
     }
+}
+
+/// A chart whose ClusterRole reads ConfigMaps, with rules a value may add to, bound to its own
+/// ServiceAccount; and a note rendered with `tpl`.
+fn cluster_role_chart() -> Chart {
+    let name = support::unique("roles");
+    let rbac = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: '{{ .Release.Name }}'}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: '{{ .Release.Name }}-reader'}\nrules:\n- {apiGroups: [''], resources: [configmaps], verbs: [get]}\n{{- with .Values.extraRules }}\n{{ toYaml . }}\n{{- end }}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: '{{ .Release.Name }}-reader'}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: '{{ .Release.Name }}-reader'}\nsubjects: [{kind: ServiceAccount, name: '{{ .Release.Name }}', namespace: '{{ .Release.Namespace }}'}]\n";
+    let url = support::publish_chart(
+        &name,
+        &[
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+            ),
+            ("values.yaml", "note: hello\nextraRules: []\n"),
+            (
+                "templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-note'}\ndata:\n  note: {{ tpl .Values.note . | quote }}\n",
+            ),
+            ("templates/rbac.yaml", rbac),
+        ],
+    );
+    Chart {
+        source: json!({"url": url}),
+        kind: "Roles",
+        plural: "roles",
+        version: "v0-1-0",
+        permissions: Some(json!({"templatesInValues": true})),
+    }
+}
+
+#[tokio::test]
+async fn on_a_registered_cluster_values_widen_no_role_and_a_render_reads_nothing_it_did_not_make() {
+    let remote = Remote::up();
+    let rollout = Rollout::of(&remote, cluster_role_chart()).await;
+    let remote_roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(rollout.remote.clone());
+
+    // As the chart asks: its ClusterRole on both clusters.
+    let good = support::unique("good");
+    rollout.create(&good, json!({})).await;
+    rollout
+        .wait(&good, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+    let role = remote_roles.get(&format!("{good}-reader")).await.unwrap();
+    assert_eq!(role.rules.unwrap_or_default().len(), 1);
+
+    // Values that widen it: refused on the registered cluster as on the management one, and
+    // nothing of the release written there, though the registration's identity could.
+    let wide = support::unique("wide");
+    let everything = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    rollout
+        .create(&wide, json!({"extraRules": everything}))
+        .await;
+    let role_name = format!("{wide}-reader");
+    let refused_everywhere = |status: &Value| {
+        let clusters = status["clusters"].as_array().cloned().unwrap_or_default();
+        find_condition_in(status, "Ready")["reason"] == "RoleNotAllowed"
+            && clusters.len() == 2
+            && clusters.iter().all(|c| {
+                c["phase"] == "Failed" && c["message"].as_str().unwrap().contains(&role_name)
+            })
+    };
+    rollout
+        .wait(&wide, "RoleNotAllowed on both clusters", refused_everywhere)
+        .await;
+    let remote_maps = Api::<ConfigMap>::namespaced(rollout.remote.clone(), &wide);
+    let role = remote_roles.get_opt(&role_name).await.unwrap();
+    let note = remote_maps.get_opt(&format!("{wide}-note")).await.unwrap();
+    assert!(
+        role.is_none() && note.is_none(),
+        "nothing of {wide} written"
+    );
+
+    // A lookup there sees only what the release made, though the registration's identity
+    // (here the cluster's administrator) reads every Secret.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "db"}, "stringData": {"password": "s3cr3t"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(rollout.remote.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("a Secret on the registered cluster");
+    let probe = support::unique("probe");
+    let note =
+        r#"{{ if (lookup "v1" "Secret" "kube-system" "db") }}present{{ else }}absent{{ end }}"#;
+    rollout.create(&probe, json!({"note": note})).await;
+    // On the management cluster Helm's identity, the release identity, may not read kube-system
+    // at all: there the render stops, whether the Secret is there or not.
+    let edge_ready = |status: &Value| {
+        let clusters = status["clusters"].as_array().cloned().unwrap_or_default();
+        clusters
+            .iter()
+            .any(|c| c["name"] == EDGE && c["phase"] == "Ready")
+    };
+    rollout.wait(&probe, "Ready on the edge", edge_ready).await;
+    let remote_maps = Api::<ConfigMap>::namespaced(rollout.remote.clone(), &probe);
+    let rendered = remote_maps.get(&format!("{probe}-note")).await.unwrap();
+    assert_eq!(rendered.data.unwrap()["note"], "absent");
 }

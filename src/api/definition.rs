@@ -79,9 +79,10 @@ pub struct PermissionsSpec {
 }
 
 impl PermissionsSpec {
-    /// Whether nothing is granted beyond the chart's default render.
+    /// Whether nothing is allowed beyond the chart's default render, so that the field may be
+    /// left out when the spec is written.
     pub fn is_empty(&self) -> bool {
-        self.namespaces.is_empty()
+        self.namespaces.is_empty() && !self.templates_in_values
     }
 }
 

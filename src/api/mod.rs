@@ -98,6 +98,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_definitions_permissions_survive_being_written() {
+        for permissions in [
+            serde_json::json!({"templatesInValues": true}),
+            serde_json::json!({"namespaces": ["shared"]}),
+        ] {
+            let spec: CompositionDefinitionSpec = serde_json::from_value(serde_json::json!({
+                "chart": {"url": "https://charts.example/app-1.0.0.tgz"},
+                "permissions": permissions,
+            }))
+            .unwrap();
+            let written = serde_json::to_value(&spec).unwrap();
+            assert_eq!(written["permissions"], permissions);
+        }
+    }
+
+    #[test]
     fn committed_crds_match_the_types() {
         let committed = include_str!("../../crds/compositor.dev.yaml");
         assert!(

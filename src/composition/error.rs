@@ -30,7 +30,7 @@ pub enum Error {
     #[error("{0}")]
     ReleaseName(String),
     /// The chart does not render with these values.
-    #[error("the chart does not render: {0}")]
+    #[error("the chart does not render")]
     Render(#[source] helm::Error),
     /// The rendered manifest is not a list of objects.
     #[error(transparent)]
@@ -404,6 +404,20 @@ mod tests {
         assert_eq!(again("Nonsense").reason(), "FailedBefore");
         assert!(!Error::PermissionsMissing("batch/v1/Job".into()).is_final());
         assert!(!Error::AccessPending("team".into()).is_final());
+    }
+
+    #[test]
+    fn a_render_failure_says_helms_words_once() {
+        let error = Error::Render(helm::Error::Failed {
+            verb: "upgrade",
+            message: "execution error at (c/templates/a.yaml:1:3): no".into(),
+        });
+        let message = crate::runtime::error_message(&error);
+        assert_eq!(message.matches("a.yaml:1:3").count(), 1, "{message}");
+        assert!(
+            message.starts_with("the chart does not render: "),
+            "{message}"
+        );
     }
 
     #[test]
