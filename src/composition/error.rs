@@ -70,12 +70,12 @@ pub enum Error {
     /// The chart, with these values, would run a workload as one of compositor's own
     /// identities (a release identity or a controller).
     #[error(
-        "the chart with these values runs workloads as compositor's own identities, which only compositor may act as: {0}"
+        "the chart with these values runs workloads as compositor's own identities, which only compositor may act as, and no line can admit that: {0}"
     )]
     IdentityNotAllowed(String),
     /// The release's name would give one of the chart's cluster-scoped objects a reserved name.
     #[error(
-        "the release name is reserved: {0}, a name only Kubernetes or compositor may give; name the release otherwise (compositor.dev/release-name)"
+        "the release name is reserved: {0}, a name only Kubernetes or compositor may give, which no line can admit; name the release otherwise (compositor.dev/release-name)"
     )]
     ReleaseNameReserved(String),
     /// The chart, with these values, would grant more through its ClusterRoles than with its
