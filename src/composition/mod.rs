@@ -24,6 +24,7 @@ mod context;
 mod drift;
 mod error;
 mod handover;
+pub mod health;
 mod inputs;
 mod kubeconfig;
 mod placement;
