@@ -1,24 +1,31 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"log"
 	"os"
+	"sync"
 	"text/template"
 	_ "unsafe" // for go:linkname
 
 	"github.com/spf13/cobra"
 	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // A template's `lookup` sees only what the release it renders made: objects Helm annotated as
-// this release's (meta.helm.sh/release-name and -namespace). Any other object reads as absent,
-// and a list holds only the release's own items. So what a render produces, and whether it fails,
-// depends on the chart, the values and the release's own objects, never on what else the cluster
-// holds: values that choose what is looked up (a `tpl`'d value, a name a chart looks up) learn
-// nothing, not even one bit, about objects their release did not make. Charts keep what they
-// look up for: a password generated at install, their own Deployment or Secret, found again.
+// this release's (meta.helm.sh/release-name and -namespace), and the CRDs of the chart's own
+// crds/ folders, which Helm installed before rendering. Any other object reads as absent, as
+// does one the release's identity may not read, and a list holds only the release's own items.
+// So what a render produces, and whether it fails, depends on the chart, the values and the
+// release's own objects, never on what else the cluster holds or who may read it: values that
+// choose what is looked up (a `tpl`'d value, a name a chart looks up) learn nothing, not even
+// one bit, about objects their release did not make. Charts keep what they look up for: a
+// password generated at install, their own Deployment or Secret, their CRDs, found again.
 //
 // Only installs and upgrades look up; `helm template` answers every lookup as absent, as Helm does.
 
@@ -62,18 +69,22 @@ func newRootCmd(out io.Writer, args []string, logSetup func(bool)) (*cobra.Comma
 // releaseLookup is Helm's lookup, answering only with the objects of the release that `command`
 // (an install or upgrade, once its arguments are parsed) names.
 func releaseLookup(command *cobra.Command) func(apiVersion, kind, namespace, name string) (map[string]any, error) {
+	chartCRDs := sync.OnceValue(func() map[string]bool { return crdNames(command.Flags().Arg(1)) })
 	return func(apiVersion, kind, namespace, name string) (map[string]any, error) {
 		config, err := settings.RESTClientGetter().ToRESTConfig()
 		if err != nil {
 			return map[string]any{}, err
 		}
 		found, err := engine.NewLookupFunction(config)(apiVersion, kind, namespace, name)
+		if apierrors.IsForbidden(err) {
+			return map[string]any{}, nil
+		}
 		if err != nil {
 			return map[string]any{}, err
 		}
 		release := command.Flags().Arg(0)
 		if name != "" {
-			if ownedBy(found, release, settings.Namespace()) {
+			if ownedBy(found, release, settings.Namespace()) || isOwnCRD(found, chartCRDs) {
 				return found, nil
 			}
 			return map[string]any{}, nil
@@ -81,7 +92,7 @@ func releaseLookup(command *cobra.Command) func(apiVersion, kind, namespace, nam
 		items, _ := found["items"].([]any)
 		owned := []any{}
 		for _, item := range items {
-			if object, ok := item.(map[string]any); ok && ownedBy(object, release, settings.Namespace()) {
+			if object, ok := item.(map[string]any); ok && (ownedBy(object, release, settings.Namespace()) || isOwnCRD(object, chartCRDs)) {
 				owned = append(owned, object)
 			}
 		}
@@ -100,4 +111,44 @@ func ownedBy(object map[string]any, release, namespace string) bool {
 	return release != "" &&
 		annotations[releaseNameAnnotation] == release &&
 		annotations[releaseNamespaceAnnotation] == namespace
+}
+
+// isOwnCRD tells whether object is a CustomResourceDefinition of the chart's crds/ folders,
+// whose names crds gives; asked only of CRDs, so that a chart is read only by a render that
+// looks one up.
+func isOwnCRD(object map[string]any, crds func() map[string]bool) bool {
+	if object["kind"] != "CustomResourceDefinition" {
+		return false
+	}
+	metadata, _ := object["metadata"].(map[string]any)
+	name, _ := metadata["name"].(string)
+	return crds()[name]
+}
+
+// crdNames are the names of the CRDs in the crds/ folders of the chart at path and of its
+// subcharts; none when it cannot be read (then its render fails anyway).
+func crdNames(path string) map[string]bool {
+	names := map[string]bool{}
+	chart, err := loader.Load(path)
+	if err != nil {
+		return names
+	}
+	for _, crd := range chart.CRDObjects() {
+		documents := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(crd.File.Data), 4096)
+		for {
+			var document struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := documents.Decode(&document); err != nil {
+				break
+			}
+			if document.Kind == "CustomResourceDefinition" {
+				names[document.Metadata.Name] = true
+			}
+		}
+	}
+	return names
 }

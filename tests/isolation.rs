@@ -262,8 +262,8 @@ async fn two_tenants(prefix: &str) -> (Bed, Kind, Tenant, Tenant) {
 
 /// A composition of `tenant` copying Secret `db` of `other` into its own ConfigMap is refused
 /// with `reason` and writes nothing: its values are refused where the definition allows no
-/// templates in values, and where it does, the render fails, since Helm's identity may not
-/// read there at all.
+/// templates in values, and where it does, the render fails, since its lookup reads the
+/// Secret as absent (no password to decode).
 async fn copy_is_refused(
     bed: &Bed,
     kind: &Kind,

@@ -488,6 +488,14 @@ async fn a_chart_with_crds_installs_them_and_objects_of_them() {
         .await
         .expect("the object of the chart's own CRD");
     assert_eq!(gadget.data["spec"]["size"], "large");
+    let found = gadget
+        .annotations()
+        .get("withcrds.compositor.dev/crd-found");
+    assert_eq!(
+        found.map(String::as_str),
+        Some("true"),
+        "a lookup of its own CRD"
+    );
     // Helm never deletes what `crds/` installed (other releases may use it); the release goes.
     wait_gone(&compositions, "first").await;
     assert!(!helm_has("first", &team));

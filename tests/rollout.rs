@@ -833,16 +833,18 @@ async fn on_a_registered_cluster_values_widen_no_role_and_a_render_reads_nothing
     let note =
         r#"{{ if (lookup "v1" "Secret" "kube-system" "db") }}present{{ else }}absent{{ end }}"#;
     rollout.create(&probe, json!({"note": note})).await;
-    // On the management cluster Helm's identity, the release identity, may not read kube-system
-    // at all: there the render stops, whether the Secret is there or not.
-    let edge_ready = |status: &Value| {
-        let clusters = status["clusters"].as_array().cloned().unwrap_or_default();
-        clusters
-            .iter()
-            .any(|c| c["name"] == EDGE && c["phase"] == "Ready")
-    };
-    rollout.wait(&probe, "Ready on the edge", edge_ready).await;
-    let remote_maps = Api::<ConfigMap>::namespaced(rollout.remote.clone(), &probe);
-    let rendered = remote_maps.get(&format!("{probe}-note")).await.unwrap();
-    assert_eq!(rendered.data.unwrap()["note"], "absent");
+    rollout
+        .wait(
+            &probe,
+            "Ready on both clusters",
+            all_ready(&[EDGE, "local"]),
+        )
+        .await;
+    // On the management cluster the release identity may not read kube-system at all; it
+    // reads the same there.
+    for client in [&rollout.client, &rollout.remote] {
+        let maps = Api::<ConfigMap>::namespaced(client.clone(), &probe);
+        let rendered = maps.get(&format!("{probe}-note")).await.unwrap();
+        assert_eq!(rendered.data.unwrap()["note"], "absent");
+    }
 }
