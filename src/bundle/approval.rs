@@ -15,6 +15,7 @@
 use std::collections::BTreeSet;
 
 use super::Bundle;
+use super::naming::ReleasePlace;
 use super::power::{Scope, is_system_namespace, needs_approval};
 use super::subjects::SubjectBinding;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -69,6 +70,28 @@ pub fn binding_grant(definition: &str, binding: &SubjectBinding) -> String {
         None => Scope::Cluster,
     };
     format!("{definition} {}: {binding}", place(scope))
+}
+
+/// The value of [`super::subjects::BINDINGS_ANNOTATION`]: for each of `bindings` (patterns) its grant line for
+/// `definition`, then each filled for `releases`, tab-separated; one binding a line.
+pub fn bindings_annotation(
+    definition: &str,
+    bindings: &[SubjectBinding],
+    releases: &[ReleasePlace],
+) -> String {
+    let entries = bindings.iter().map(|binding| {
+        let filled: BTreeSet<String> = releases
+            .iter()
+            .map(|place| binding.fill(place).to_string())
+            .collect();
+        let mut entry = binding_grant(definition, binding);
+        for name in filled {
+            entry.push('\t');
+            entry.push_str(&name);
+        }
+        entry
+    });
+    entries.collect::<Vec<_>>().join("\n")
 }
 
 impl Bundle {

@@ -144,7 +144,7 @@ impl<'a> Shared<'a> {
         let bindings = self.subject_bindings();
         if !bindings.is_empty() {
             let releases = &permissions.releases;
-            let listed = subjects::bindings_annotation(&definition, &bindings, releases);
+            let listed = super::approval::bindings_annotation(&definition, &bindings, releases);
             let annotations = metadata.annotations.get_or_insert_default();
             annotations.insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
             if let Some(operator) = &permissions.operator {

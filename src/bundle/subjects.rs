@@ -2,7 +2,7 @@
 //! sealed-secrets binds a Role on its own Service's proxy to the Group `system:authenticated`,
 //! so that every user may fetch its public certificate. Such a binding is granted only as the
 //! chart binds it with its default values (the footprint, names that follow the release as
-//! patterns) and only once an administrator approved its line ([`super::approval::binding_grant`]);
+//! patterns) and only once an administrator approved its line (`approval::binding_grant`);
 //! some subjects no line can admit ([`refused_subject`]).
 //!
 //! The approved bindings reach the controller and the release policy
@@ -13,7 +13,6 @@
 //! release; the policy, which cannot fill patterns, against the filled names, and asks the
 //! authorizer whether the operator may `approve` the line.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use super::naming::ReleasePlace;
@@ -188,29 +187,7 @@ pub fn refused_subject(subject: &Subject, reserved: &[&str]) -> bool {
     }
 }
 
-/// The value of [`BINDINGS_ANNOTATION`]: for each of `bindings` (patterns) its grant line for
-/// `definition`, then each filled for `releases`, tab-separated; one binding a line.
-pub fn bindings_annotation(
-    definition: &str,
-    bindings: &[SubjectBinding],
-    releases: &[ReleasePlace],
-) -> String {
-    let entries = bindings.iter().map(|binding| {
-        let filled: BTreeSet<String> = releases
-            .iter()
-            .map(|place| binding.fill(place).to_string())
-            .collect();
-        let mut entry = super::approval::binding_grant(definition, binding);
-        for name in filled {
-            entry.push('\t');
-            entry.push_str(&name);
-        }
-        entry
-    });
-    entries.collect::<Vec<_>>().join("\n")
-}
-
-/// The approved bindings an annotation [`bindings_annotation`] wrote lists, as their grant
+/// The approved bindings an annotation [`super::approval::bindings_annotation`] wrote lists, as their grant
 /// lines and patterns.
 pub fn approved_bindings(annotation: &str) -> Vec<(String, SubjectBinding)> {
     annotation
@@ -353,8 +330,11 @@ mod tests {
 
     #[test]
     fn the_annotation_lists_each_line_with_the_binding_of_every_release() {
-        let annotation =
-            bindings_annotation("team/sealed", &[proxier()], &[place("a"), place("b")]);
+        let annotation = super::super::approval::bindings_annotation(
+            "team/sealed",
+            &[proxier()],
+            &[place("a"), place("b")],
+        );
         assert_eq!(
             annotation,
             "team/sealed namespaced: RoleBinding {namespace}/{release}-service-proxier binds \

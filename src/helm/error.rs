@@ -36,8 +36,8 @@ pub enum Error {
         /// Helm's own words.
         message: String,
     },
-    /// Helm ran out of the memory a call may take ([`super::ADDRESS_SPACE_LIMIT`] of address
-    /// space for a process, [`super::ENGINE_CALL_HEAP`] of live heap for a call in a resident engine).
+    /// Helm ran out of the memory a call may take ([`super::limits::ADDRESS_SPACE_LIMIT`] of address
+    /// space for a process, [`super::limits::ENGINE_CALL_HEAP`] of live heap for a call in a resident engine).
     #[error(
         "helm {verb} ran out of memory: the chart's render with these values needs more than the {limit_mib} MiB a Helm call may take"
     )]
@@ -47,7 +47,7 @@ pub enum Error {
         /// The limit it reached, in MiB.
         limit_mib: u64,
     },
-    /// A Helm call took more CPU time than a call may ([`super::CALL_CPU_LIMIT`]): the chart's
+    /// A Helm call took more CPU time than a call may ([`super::limits::CALL_CPU_LIMIT`]): the chart's
     /// templates, with these values, do more work than any chart's install needs.
     #[error(
         "helm {verb} took more than the {seconds} s of CPU time a Helm call may take: the chart's templates with these values do too much work"

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::{ADDRESS_SPACE_LIMIT, CALL_CPU_LIMIT, Error, Output};
+use super::limits::{ADDRESS_SPACE_LIMIT, CALL_CPU_LIMIT};
+use super::{Error, Output};
 
 /// Runs `binary` with `args` and exactly `env`, killed after `timeout`.
 pub(super) async fn run(

@@ -27,7 +27,6 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, Weak};
@@ -36,10 +35,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use super::error::ran_out_of_memory;
+use super::exit::Exit;
+use super::limits::ENGINE_GO_RUNTIME;
 use super::process::{Limit, limit};
 use super::usage::{cpu_spent, data_size};
-use super::{ENGINE_GO_RUNTIME, Error, Output};
+use super::{Error, Output};
 use crate::runtime::FairGate;
 
 /// Lines of the engine's own standard error kept to explain its end.
@@ -362,56 +362,6 @@ impl Running {
 struct Death {
     served: u32,
     error: Error,
-}
-
-/// How an engine that ended during a call exited.
-#[derive(Debug, PartialEq)]
-enum Exit {
-    /// Go's runtime could not get memory within the engine's data limit (status 2 and its
-    /// words), or the kernel killed it (`SIGKILL`, which only the out-of-memory killer sends an
-    /// engine that this side did not stop).
-    OutOfMemory,
-    /// Anything else, described without the report's details.
-    Crashed(String),
-}
-
-impl Exit {
-    /// The exit `status` (none: it did not exit, and was killed), with the engine's `report`.
-    fn of(status: Option<std::process::ExitStatus>, report: &str) -> Exit {
-        let Some(status) = status else {
-            return Exit::Crashed("it stopped answering and was killed".into());
-        };
-        // Only the kind of report is told: its text may quote what the render held.
-        let kind = || {
-            let line = report
-                .lines()
-                .find(|line| line.starts_with("fatal error:") || line.starts_with("panic:"))?;
-            Some(if line.contains("stack overflow") {
-                "its render recursed past Go's stack limit"
-            } else if line.starts_with("panic:") {
-                "it panicked outside a call"
-            } else {
-                "Go's runtime stopped it with a fatal error"
-            })
-        };
-        match (status.code(), status.signal()) {
-            (Some(2), _) if ran_out_of_memory(report) => Exit::OutOfMemory,
-            (_, Some(libc::SIGKILL)) => Exit::OutOfMemory,
-            (Some(2), _) => Exit::Crashed(kind().unwrap_or("it exited with status 2").into()),
-            (Some(code), _) => Exit::Crashed(format!("it exited with status {code}")),
-            (None, Some(signal)) => Exit::Crashed(format!("it was ended by signal {signal}")),
-            (None, None) => Exit::Crashed(status.to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Exit::OutOfMemory => f.write_str("out of memory"),
-            Exit::Crashed(how) => f.write_str(how),
-        }
-    }
 }
 
 impl Drop for Running {

@@ -1,6 +1,7 @@
 //! The resident engines against a stand-in engine script.
 
 use super::*;
+use crate::helm::error::ran_out_of_memory;
 
 /// A stand-in engine that answers each call with its PID, sleeps on a call naming `hang`,
 /// spins on one naming `spin`, runs out of memory on one naming `die` (on one naming
@@ -173,35 +174,6 @@ async fn a_crash_is_told_by_how_the_engine_exited_and_none_of_its_report() {
         "{message}"
     );
     assert!(call(&resident, "a").await.is_ok(), "replaced");
-}
-
-#[test]
-fn an_exit_is_classified_by_its_status_then_its_words() {
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
-    let code = |code: i32| Some(ExitStatus::from_raw(code << 8));
-    let memory = "runtime: out of memory: cannot allocate 4194304-byte block\nfatal error: out of memory\n\ngoroutine 1";
-    assert_eq!(Exit::of(code(2), memory), Exit::OutOfMemory);
-    let killed = Some(ExitStatus::from_raw(libc::SIGKILL));
-    assert_eq!(
-        Exit::of(killed, ""),
-        Exit::OutOfMemory,
-        "the kernel's killer"
-    );
-    // The words alone do not make it memory: a helm error quoting them exits 1.
-    assert_eq!(
-        Exit::of(code(1), memory),
-        Exit::Crashed("it exited with status 1".into())
-    );
-    let overflow = "runtime: goroutine stack exceeds 1000000000-byte limit\nfatal error: stack overflow\n\nrax 0x0";
-    assert_eq!(
-        Exit::of(code(2), overflow),
-        Exit::Crashed("its render recursed past Go's stack limit".into())
-    );
-    assert_eq!(
-        Exit::of(None, ""),
-        Exit::Crashed("it stopped answering and was killed".into())
-    );
 }
 
 #[tokio::test]

@@ -272,7 +272,7 @@ subjects:
         let allowed: BTreeSet<String> = ["team-a".to_string()].into();
         let own = Own::new(&allowed, &RESERVED);
         let foreign = own.foreign_subjects(&documents, "team-a");
-        let annotation = crate::bundle::subjects::bindings_annotation(
+        let annotation = crate::bundle::approval::bindings_annotation(
             "platform/sealed",
             &[SubjectBinding::parse(
                 "RoleBinding {namespace}/{release}-service-proxier binds Role \

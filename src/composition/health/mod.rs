@@ -6,6 +6,7 @@
 //! Each kind's rule is in one place: workloads (`workloads.rs`), Pods (`pods.rs`), and here the
 //! rest: objects with standard conditions, CRDs, APIServices, PersistentVolumeClaims and
 //! Services of type LoadBalancer. An object with no status to judge is Current once it exists.
+//! `cases.json` holds, kind by kind, the objects the unit test judges and the verdict each gets.
 
 mod pods;
 mod workloads;
