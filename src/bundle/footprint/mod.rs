@@ -8,12 +8,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::aggregation::{self, Selector};
-use super::naming::{NAMESPACE, PROBE_NAMESPACE, Probe, ReleasePlace};
+use super::naming::{NAMESPACE, Probe, ReleasePlace};
 use super::rules::{HELM_VERBS, kind_rules, rule};
-use super::subjects::{Subject, SubjectBinding};
+use super::subjects::SubjectBinding;
 use super::{ResolvedKind, TypeRef};
 use crate::api::{NamespaceFootprint, VersionFootprint};
 use crate::helm::RenderedDocument;
+
+mod learn;
+
+use learn::{Defined, is_rbac, namespace_of, subject_bindings, type_ref};
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -72,23 +76,12 @@ impl Footprint {
         literal: &BTreeSet<TypeRef>,
         resolved: &BTreeMap<TypeRef, ResolvedKind>,
     ) -> Footprint {
-        let pattern = |rendered: &str| probe.pattern(rendered);
-        let namespace_of = |document: &RenderedDocument| namespace_of(document, probe);
+        let defined = Defined::of(documents, probe);
         let mut footprint = Footprint::default();
-        let defined_roles: BTreeSet<(String, String)> = documents
-            .iter()
-            .filter(|d| is_rbac(d, "Role"))
-            .map(|d| (namespace_of(d), pattern(&d.object.name)))
-            .collect();
-        let defined_cluster_roles: BTreeSet<String> = documents
-            .iter()
-            .filter(|d| is_rbac(d, "ClusterRole"))
-            .map(|d| pattern(&d.object.name))
-            .collect();
         for document in documents {
             if is_rbac(document, "RoleBinding") || is_rbac(document, "ClusterRoleBinding") {
                 let namespace =
-                    (document.object.kind == "RoleBinding").then(|| namespace_of(document));
+                    (document.object.kind == "RoleBinding").then(|| namespace_of(document, probe));
                 footprint
                     .bindings
                     .extend(subject_bindings(document, namespace, probe));
@@ -96,48 +89,12 @@ impl Footprint {
             let Some(kind) = resolved.get(&type_ref(document)) else {
                 continue;
             };
-            let role_ref =
-                |field: &str| pattern(document.body["roleRef"][field].as_str().unwrap_or_default());
-            if !kind.namespaced {
-                if document.is_chart_crd() {
-                    footprint.cluster.watched.insert(kind.clone());
-                }
-                let names = footprint.cluster.objects.entry(kind.clone()).or_default();
-                names.insert(pattern(&document.object.name));
-                if is_rbac(document, "ClusterRole") {
-                    add_rules(&mut footprint.cluster.rules, rules_of(document, probe));
-                    let rule = &document.body["aggregationRule"];
-                    if !rule.is_null() {
-                        let name = pattern(&document.object.name);
-                        let selectors = aggregation::selectors(rule)
-                            .map(|selectors| aggregation::patterns(selectors, probe));
-                        footprint.cluster.aggregated.insert(name, selectors);
-                    }
-                } else if is_rbac(document, "ClusterRoleBinding")
-                    && !defined_cluster_roles.contains(&role_ref("name"))
-                {
-                    footprint
-                        .cluster
-                        .bound_cluster_roles
-                        .insert(role_ref("name"));
-                }
-                continue;
-            }
-            let namespace = namespace_of(document);
-            let entry = footprint.namespaces.entry(namespace.clone()).or_default();
-            entry.kinds.insert(kind.clone());
-            if is_rbac(document, "Role") {
-                add_rules(&mut entry.rules, rules_of(document, probe));
-            } else if is_rbac(document, "RoleBinding") {
-                let name = role_ref("name");
-                match role_ref("kind").as_str() {
-                    "Role" if !defined_roles.contains(&(namespace, name.clone())) => {
-                        entry.bound_roles.insert(name);
-                    }
-                    "ClusterRole" if !defined_cluster_roles.contains(&name) => {
-                        entry.bound_cluster_roles.insert(name);
-                    }
-                    _ => {}
+            match kind.namespaced {
+                false => footprint.cluster.add(document, kind, probe, &defined),
+                true => {
+                    let namespace = namespace_of(document, probe);
+                    let entry = footprint.namespaces.entry(namespace.clone()).or_default();
+                    entry.add(document, kind, probe, &namespace, &defined);
                 }
             }
         }
@@ -377,78 +334,6 @@ impl Footprint {
     }
 }
 
-fn type_ref(document: &RenderedDocument) -> TypeRef {
-    TypeRef {
-        api_version: document.object.api_version.clone(),
-        kind: document.object.kind.clone(),
-    }
-}
-
-fn is_rbac(document: &RenderedDocument, kind: &str) -> bool {
-    document.object.kind == kind && type_ref(document).group() == RBAC_GROUP
-}
-
-/// Each subject of a rendered binding, with names as patterns: a RoleBinding's in `namespace`,
-/// a ServiceAccount's in the binding's namespace unless it names its own.
-fn subject_bindings(
-    document: &RenderedDocument,
-    namespace: Option<String>,
-    probe: &Probe,
-) -> Vec<SubjectBinding> {
-    let body = &document.body;
-    let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
-    let subjects = body["subjects"].as_array().into_iter().flatten();
-    subjects
-        .map(|subject| {
-            let kind = text(&subject["kind"]);
-            let account_namespace = match subject["namespace"].as_str() {
-                Some(own) => Some(probe.pattern(own)),
-                None => namespace.clone(),
-            };
-            SubjectBinding {
-                kind: document.object.kind.clone(),
-                namespace: namespace.clone(),
-                name: probe.pattern(&document.object.name),
-                role_kind: text(&body["roleRef"]["kind"]),
-                role: probe.pattern(&text(&body["roleRef"]["name"])),
-                subject: Subject {
-                    namespace: (kind == "ServiceAccount")
-                        .then_some(account_namespace)
-                        .flatten(),
-                    name: probe.pattern(&text(&subject["name"])),
-                    kind,
-                },
-            }
-        })
-        .collect()
-}
-
-/// The namespace pattern of a namespaced object (no namespace means the release's).
-fn namespace_of(document: &RenderedDocument, probe: &Probe) -> String {
-    probe.pattern(
-        document
-            .object
-            .namespace
-            .as_deref()
-            .unwrap_or(PROBE_NAMESPACE),
-    )
-}
-
-/// The rules of a rendered Role or ClusterRole, with names as patterns.
-fn rules_of(document: &RenderedDocument, probe: &Probe) -> Vec<PolicyRule> {
-    let rules: Vec<PolicyRule> =
-        serde_json::from_value(document.body["rules"].clone()).unwrap_or_default();
-    rules
-        .into_iter()
-        .map(|mut rule| {
-            rule.resource_names = rule
-                .resource_names
-                .map(|names| names.iter().map(|n| probe.pattern(n)).collect());
-            rule
-        })
-        .collect()
-}
-
 fn fill_rule(rule: &PolicyRule, place: &ReleasePlace) -> PolicyRule {
     let mut filled = rule.clone();
     filled.resource_names = rule
@@ -499,5 +384,4 @@ pub fn describe(rule: &PolicyRule) -> String {
 }
 
 #[cfg(test)]
-#[path = "footprint_tests.rs"]
 mod tests;
