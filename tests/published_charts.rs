@@ -71,9 +71,9 @@ async fn timed_admin_install(
 
 /// Installs real chart `file` with `values` by an administrator's `helm install`, then (once
 /// that release is gone: these charts write objects of fixed names) through compositor as a
-/// composition with the same values; both releases write the same kinds of objects. The two
-/// times are printed.
-async fn installs_as_helm_does(file: &str, plural: &str, values: Value) {
+/// composition named `name`-something with the same values; both releases write the same kinds
+/// of objects. The two times are printed.
+async fn installs_as_helm_does(file: &str, plural: &str, name: &str, values: Value) {
     let chart = support::real_chart(file);
     let fixture = Fixture::new(&format!("pub-{}", &plural[..plural.len().min(6)])).await;
     let helm = support::Helm::new();
@@ -109,7 +109,7 @@ async fn installs_as_helm_does(file: &str, plural: &str, values: Value) {
 
     let definition = fixture.define(plural, &publish(&chart), json!({})).await;
     let started = Instant::now();
-    let installed = fixture.ready_with(definition, plural, values).await;
+    let installed = fixture.ready_with(definition, name, values).await;
     let through_compositor = started.elapsed();
     let (name, team) = (installed.name.as_str(), installed.namespace.as_str());
     assert_eq!(
@@ -128,29 +128,41 @@ async fn installs_as_helm_does(file: &str, plural: &str, values: Value) {
 
 #[tokio::test]
 async fn external_secrets_installs_as_helm_does() {
-    installs_as_helm_does("external-secrets-2.9.0.tgz", "secretstores", json!({})).await;
+    installs_as_helm_does(
+        "external-secrets-2.9.0.tgz",
+        "secretstores",
+        "secretstores",
+        json!({}),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn argo_cd_installs_as_helm_does() {
     // Its pre-install hook Job runs Argo CD's image, which the test bed's node does not have:
     // Helm would wait for it, by hand as through compositor. Its names follow its fullname
-    // helper's default name, `argocd`, not the chart's: a release named with `argocd` in it
-    // gets other names than the footprint learnt, so these names leave it out.
+    // helper's default name, `argocd`, not the chart's, which drops it from a release named
+    // with it: the name everyone gives it.
     let values = json!({"redisSecretInit": {"enabled": false}});
-    installs_as_helm_does("argo-cd-10.1.1.tgz", "cdservers", values).await;
+    installs_as_helm_does("argo-cd-10.1.1.tgz", "cdservers", "argocd", values).await;
 }
 
 #[tokio::test]
 async fn sealed_secrets_installs_as_helm_does() {
     // Its RoleBinding to the Group system:authenticated is approved here as an administrator's
     // operator approves every line (see operator_policy.rs for the approval itself).
-    installs_as_helm_does("sealed-secrets-2.18.5.tgz", "sealedsecrets", json!({})).await;
+    installs_as_helm_does(
+        "sealed-secrets-2.18.5.tgz",
+        "sealedsecrets",
+        "sealedsecrets",
+        json!({}),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn traefik_installs_as_helm_does() {
-    installs_as_helm_does("traefik-41.3.0.tgz", "traefiks", json!({})).await;
+    installs_as_helm_does("traefik-41.3.0.tgz", "traefiks", "traefiks", json!({})).await;
 }
 
 #[tokio::test]

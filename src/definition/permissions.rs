@@ -249,9 +249,15 @@ async fn cut_probe(
     probe.with_cut(cut)
 }
 
-/// The names of a chart and of every subchart in it.
+/// The names a chart and every subchart in it may give Helm's `fullname` helper: its own, and
+/// the `nameOverride` its values.yaml sets (argo-cd's is `argocd`).
 fn chart_names(package: &Package) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = [package.name().to_string()].into();
+    if let Some(name) = package.values["nameOverride"].as_str()
+        && !name.is_empty()
+    {
+        names.insert(name.to_string());
+    }
     for sub in &package.subcharts {
         names.extend(chart_names(sub));
     }
@@ -277,6 +283,19 @@ mod tests {
             api_version: api_version.into(),
             kind: kind.into(),
         }
+    }
+
+    #[test]
+    fn a_charts_default_name_override_is_a_name_its_fullname_may_follow() {
+        let argo = Package::load(std::path::Path::new(
+            "testdata/real-charts/argo-cd-10.1.1.tgz",
+        ))
+        .expect("argo-cd");
+        let names = chart_names(&argo);
+        assert!(
+            names.contains("argo-cd") && names.contains("argocd"),
+            "{names:?}"
+        );
     }
 
     #[test]
