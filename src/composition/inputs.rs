@@ -141,7 +141,7 @@ impl Chart {
             .package
             .all_templates()
             .iter()
-            .any(|template| template.content.contains("lookup"));
+            .any(|template| calls_lookup(&template.content));
         Ok(Chart {
             fetched,
             looks_up,
@@ -255,4 +255,39 @@ pub(super) struct TargetRelease<'a> {
     pub writable: &'a BTreeSet<String>,
     /// The definition: what a failed first install leaves, what drift correction does.
     pub definition: &'a CompositionDefinitionSpec,
+}
+
+/// Whether `template` calls `lookup` in one of its actions (`{{ … }}`), not merely has the word
+/// in its text, as argo-cd's CRD descriptions do.
+fn calls_lookup(template: &str) -> bool {
+    template.split("{{").skip(1).any(|rest| {
+        let action = rest.split("}}").next().unwrap_or_default();
+        action
+            .split(|c: char| !(c.is_alphanumeric() || "_.$".contains(c)))
+            .any(|word| word == "lookup")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_looks_up_only_by_calling_lookup_in_an_action() {
+        let calls = [
+            r#"{{ $v := lookup "apps/v1" "Deployment" .Release.Namespace "x" }}"#,
+            r#"{{- if (lookup "v1" "Secret" "" "") }}x{{ end }}"#,
+        ];
+        for template in calls {
+            assert!(calls_lookup(template), "{template}");
+        }
+        let mentions = [
+            "description: concepts during lookup stages",
+            "{{ .Values.lookup }} and {{ $lookup }}",
+            "{{ .Values.a }} a lookup table }}",
+        ];
+        for template in mentions {
+            assert!(!calls_lookup(template), "{template}");
+        }
+    }
 }
