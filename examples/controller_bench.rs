@@ -308,6 +308,13 @@ impl Figures {
             "| baseline: {count} `helm install`, {WORKERS} at a time | {} |",
             secs(baseline.parallel)
         );
+        println!(
+            "| CPU seconds per install | controller with its Helm processes {:.3} (itself \
+             {:.3}), `helm install` {:.3} |",
+            apply.cpu.controller / count as f64,
+            apply.cpu.controller_itself / count as f64,
+            baseline.cpu.children / count as f64
+        );
         let lines = [
             (
                 "all Ready / sequential `helm install`s",
