@@ -23,8 +23,11 @@
 //! - API requests per composition, by verb and resource, from the controller's
 //!   `compositor_api_requests_total`, for the apply and the idle resync, and the operator's
 //!   during the apply (it grants each composition's release namespace);
-//! - memory: the controller's VmRSS after the apply and VmRSS / VmHWM at the end (split into
-//!   mapped files, above all its code, and heap), against goals at 1,000 compositions;
+//! - memory: the peak, sampled every 100 ms from the first create until all are Ready, of the
+//!   sum of the VmRSS of the controller's running children (its resident Helm engines, which
+//!   come and go, so a reading after the apply misses them) and of the controller's own VmRSS;
+//!   the controller's VmRSS after the apply and VmRSS / VmHWM at the end (split into mapped
+//!   files, above all its code, and heap), against goals at 1,000 compositions;
 //! - CPU seconds of the API server and etcd, and of the controller (with its Helm processes) and
 //!   the operator during the apply, or of the `helm` processes during the baseline: where the
 //!   time goes on a machine whose cores are the limit.
@@ -42,7 +45,7 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use bench_support::{
-    BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, Memory, PLURAL, Process,
+    BedCpu, CHART, CHART_VERSION, CONTROLLER, Counts, Error, KIND, Memory, PLURAL, Peak, Process,
     RESYNC_SECONDS, Samples, TestBed, VERSION, WORKERS, delta, describe, met, ratio, secs, sum,
     times_until,
 };
@@ -258,6 +261,11 @@ impl Figures {
             self.records
         );
         println!(
+            "| Helm engines' peak VmRSS during the apply | {:.1} MiB (the controller's own peak \
+             {:.1} MiB; {} running children at the engines' peak; {} samples) |",
+            apply.peak.children, apply.peak.itself, apply.peak.processes, apply.peak.samples
+        );
+        println!(
             "| controller VmRSS after the apply | {:.1} MiB; its Helm engine {:.1} MiB |",
             apply.memory.rss, apply.memory.engine
         );
@@ -299,6 +307,13 @@ impl Figures {
         println!(
             "| baseline: {count} `helm install`, {WORKERS} at a time | {} |",
             secs(baseline.parallel)
+        );
+        println!(
+            "| CPU seconds per install | controller with its Helm processes {:.3} (itself \
+             {:.3}), `helm install` {:.3} |",
+            apply.cpu.controller / count as f64,
+            apply.cpu.controller_itself / count as f64,
+            baseline.cpu.children / count as f64
         );
         let lines = [
             (
@@ -400,8 +415,9 @@ fn values(name: &str) -> Value {
     json!({"git": {"repository": name}})
 }
 
-/// When the compositions became Ready, from the first create; the Helm calls on the way and the
-/// controller's VmRSS (MiB) once all were Ready.
+/// When the compositions became Ready, from the first create; the Helm calls on the way, the
+/// peak memory of the controller and its Helm engines on the way, and the controller's VmRSS
+/// (MiB) once all were Ready.
 struct Apply {
     cpu: ApplyCpu,
     created: Duration,
@@ -412,6 +428,8 @@ struct Apply {
     requests: Counts,
     /// The operator's API requests during the apply.
     operator_requests: Counts,
+    /// From the first create until all were Ready.
+    peak: Peak,
     memory: Memory,
 }
 
@@ -441,6 +459,7 @@ async fn create_all(
     let before = controller.metrics(&bed.http).await?;
     let operator_before = operator.metrics(&bed.http).await?;
     let cpu_before = (BedCpu::now()?, controller.cpu_split()?, operator.cpu()?);
+    let watch = controller.watch_peak();
     let start = Instant::now();
     create_in_batches(compositions, &params, &objects).await?;
     let created = start.elapsed();
@@ -448,6 +467,7 @@ async fn create_all(
         status["phase"] == "Ready"
     })
     .await?;
+    let peak = watch.stop();
     let after = controller.metrics(&bed.http).await?;
     let operator_after = operator.metrics(&bed.http).await?;
     let (itself, children) = controller.cpu_split()?;
@@ -469,6 +489,7 @@ async fn create_all(
             &api_requests(&operator_before),
             &api_requests(&operator_after),
         ),
+        peak,
         memory: controller.memory()?,
     })
 }

@@ -16,7 +16,8 @@ pub mod proxy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -530,6 +531,63 @@ pub struct Memory {
     pub engine: f64,
 }
 
+/// How often [`Process::watch_peak`] samples.
+const PEAK_EVERY: Duration = Duration::from_millis(100);
+
+/// The most resident memory (MiB) a process and its running children held while watched.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Peak {
+    /// The largest sum of the running children's VmRSS in one sample.
+    pub children: f64,
+    /// How many children were running in that sample.
+    pub processes: usize,
+    /// The process's own largest VmRSS.
+    pub itself: f64,
+    /// How many samples were taken.
+    pub samples: usize,
+}
+
+/// A running [`Process::watch_peak`]; stops sampling when stopped or dropped.
+pub struct PeakWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Peak>>,
+}
+
+impl PeakWatch {
+    /// Stops sampling; the peaks seen.
+    pub fn stop(mut self) -> Peak {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for PeakWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// VmRSS of process `pid` in MiB, if it is still running.
+fn vm_rss(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?;
+    Some(kib.trim().strip_suffix("kB")?.trim().parse::<f64>().ok()? / 1024.0)
+}
+
+/// The sum of the VmRSS (MiB) of `pid`'s running children, and how many were counted (a child
+/// that exits between the listing and the reading is left out).
+fn children_rss(pid: &str) -> (f64, usize) {
+    running_children(pid)
+        .iter()
+        .filter_map(|child| vm_rss(child))
+        .fold((0.0, 0), |(total, n), mib| (total + mib, n + 1))
+}
+
 /// A compositor process with its output in a log file; stopped when dropped.
 pub struct Process {
     what: &'static str,
@@ -661,24 +719,40 @@ impl Process {
                 .ok_or_else(|| format!("no {field} in {path}"))?;
             Ok(kib / 1024.0)
         };
-        let engine = running_children(&self.child.id().to_string())
-            .iter()
-            .filter_map(|child| std::fs::read_to_string(format!("/proc/{child}/status")).ok())
-            .filter_map(|status| {
-                let kib = status
-                    .lines()
-                    .find_map(|line| line.strip_prefix("VmRSS:"))?;
-                kib.trim().strip_suffix("kB")?.trim().parse::<f64>().ok()
-            })
-            .fold(0.0, |total, kib| total + kib)
-            / 1024.0;
         Ok(Memory {
-            engine,
+            engine: children_rss(&self.child.id().to_string()).0,
             rss: mib("VmRSS:")?,
             hwm: mib("VmHWM:")?,
             anon: mib("RssAnon:")?,
             file: mib("RssFile:")?,
         })
+    }
+
+    /// Starts sampling, every [`PEAK_EVERY`] until the returned watch is stopped, the process's
+    /// VmRSS and the sum of its running children's (the resident Helm engines, and any `helm`
+    /// process running at the moment), keeping the most of each: what a one-off reading after
+    /// the fact misses, since engines come and go.
+    pub fn watch_peak(&self) -> PeakWatch {
+        let pid = self.child.id().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = Peak::default();
+            while !stopped.load(Ordering::Relaxed) {
+                let (children, processes) = children_rss(&pid);
+                if children > peak.children {
+                    (peak.children, peak.processes) = (children, processes);
+                }
+                peak.itself = peak.itself.max(vm_rss(&pid).unwrap_or(0.0));
+                peak.samples += 1;
+                std::thread::sleep(PEAK_EVERY);
+            }
+            peak
+        });
+        PeakWatch {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// Stops the process as a kubelet would: SIGTERM, then SIGKILL after 10 s.
