@@ -26,7 +26,6 @@ impl Reference {
     /// write the chart's ClusterRoles without holding their rules, so this is the check Kubernetes
     /// would otherwise make.
     pub(super) fn excessive_roles(&self, documents: &[RenderedDocument]) -> Vec<String> {
-        let reference = self;
         let mut excessive = Vec::new();
         let roles = documents.iter().filter(|d| {
             d.object
@@ -38,16 +37,16 @@ impl Reference {
             let name = &role.object.name;
             let rule = &role.body["aggregationRule"];
             if !rule.is_null() {
-                excessive.extend(unapproved_aggregation(name, rule, &reference.aggregations));
+                excessive.extend(unapproved_aggregation(name, rule, &self.aggregations));
             }
             let rules: Vec<PolicyRule> =
                 serde_json::from_value(role.body["rules"].clone()).unwrap_or_default();
-            for rule in crate::bundle::uncovered(&reference.rules, &rules) {
+            for rule in crate::bundle::uncovered(&self.rules, &rules) {
+                let grants = crate::bundle::describe(&rule);
                 excessive.push(format!(
-                "ClusterRole {name} grants {}, and no line can admit it: a release's ClusterRoles \
-                 grant at most what the chart's default values make them grant",
-                crate::bundle::describe(&rule)
-            ));
+                    "ClusterRole {name} grants {grants}, and no line can admit it: a release's \
+                     ClusterRoles grant at most what the chart's default values make them grant"
+                ));
             }
         }
         excessive
