@@ -634,6 +634,7 @@ async fn the_operator_works_with_exactly_the_chart_permissions() {
                                     "passwordRef": {"name": "repo-password", "key": "password"}},
                 },
                 "names": {"group": &group},
+                "health": {"mode": "Ignore"},
                 // The operator creates each release's namespace, as for the Tenant definition.
                 "placement": {"namespace": "CompositionName"},
             }

@@ -88,6 +88,7 @@ impl Rollout {
         if let Some(permissions) = chart.permissions {
             spec["permissions"] = permissions;
         }
+        support::health_ignored_unless_asked(&mut spec);
         let definition: CompositionDefinition = serde_json::from_value(json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
             "metadata": {"name": "rollout"}, "spec": spec,

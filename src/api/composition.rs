@@ -114,9 +114,38 @@ pub struct ClusterStatus {
     /// since is unknown, and `drifted` is as last seen.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drift_unknown: bool,
+    /// Whether what the release runs is healthy (none when the definition ignores health).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<ReleaseHealth>,
     /// When `phase` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+}
+
+/// How what a release runs is doing, as its objects' status says.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseHealth {
+    /// Healthy, Progressing or Unhealthy.
+    pub state: HealthState,
+    /// The first objects not healthy, and why, e.g. `Deployment team-a/web: 0/2 available`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Since when the release has not been healthy: the timeout counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+}
+
+/// The health of a release.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum HealthState {
+    /// Every object is as its spec asks.
+    Healthy,
+    /// Objects are on their way.
+    Progressing,
+    /// An object failed (a container that cannot start, a failed Job), or the release was not
+    /// healthy within the definition's timeout.
+    Unhealthy,
 }
 
 /// Inputs whose install or upgrade failed for good, and why.

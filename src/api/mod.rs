@@ -8,8 +8,8 @@ mod credentials;
 mod definition;
 
 pub use composition::{
-    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, LOCAL_CLUSTER, Phase,
-    ResourceRef,
+    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState, LOCAL_CLUSTER,
+    Phase, ReleaseHealth, ResourceRef,
 };
 pub use conditions::{
     CHART_RESOLVED, CONTROLLER_READY, CRD_READY, INSTALLED, READY, RECONCILING, STALLED,
@@ -22,8 +22,9 @@ pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef,
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
-    DriftMode, DriftSpec, DriftWatch, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
-    PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
+    DriftMode, DriftSpec, DriftWatch, FailedInstall, HealthMode, HealthSpec, Names,
+    NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
+    SchemaInference, SchemaOptions, VersionFootprint,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

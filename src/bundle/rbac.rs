@@ -101,8 +101,26 @@ impl Permissions {
         });
         if self.watch_everywhere {
             rules.extend(self.everywhere_watch_rules());
+            if self.runs_pods() {
+                rules.push(rule("", ["pods".to_string()], &["list", "watch"]));
+            }
         }
         rules
+    }
+
+    /// Whether the chart writes workloads, whose Pods say why they do not come up: the
+    /// controller then lists and watches Pods where the releases write, to judge their health.
+    fn runs_pods(&self) -> bool {
+        let written = self.footprint.namespaces.values().flat_map(|n| &n.kinds);
+        written.into_iter().any(|kind| {
+            let workload = match kind.group.as_str() {
+                "apps" => ["deployments", "statefulsets", "daemonsets", "replicasets"]
+                    .contains(&kind.plural.as_str()),
+                "batch" => kind.plural == "jobs",
+                _ => false,
+            };
+            workload && kind.namespaced
+        })
     }
 
     /// `list` and `watch` in every namespace of each namespaced kind the chart writes, one rule
@@ -185,14 +203,15 @@ impl Permissions {
     }
 
     /// The controller's own rules in namespaces but the definition's: `get` by name on the
-    /// chart source's Secrets and ConfigMaps that live there, and reading and watching the
+    /// chart source's Secrets and ConfigMaps that live there, listing and watching Pods where
+    /// the releases write workloads, and reading and watching the
     /// selected registration Secrets, by name (a list or watch of one name, which Kubernetes
     /// authorizes against `resourceNames`). No release identity holds these.
     pub fn controller_namespace_rules(
         &self,
         definition_namespace: &str,
     ) -> BTreeMap<String, Vec<PolicyRule>> {
-        let mut by_namespace = self.reference_rules();
+        let mut by_namespace = self.own_reads();
         by_namespace.remove(definition_namespace);
         // No rule at all when nothing is selected: empty `resourceNames` would mean every name.
         if let Some(namespace) = &self.clusters_namespace
@@ -222,8 +241,25 @@ impl Permissions {
                 [definition.to_string()].into(),
             )
         }];
-        rules.extend(self.reference_rules().remove(namespace).unwrap_or_default());
+        rules.extend(self.own_reads().remove(namespace).unwrap_or_default());
         rules
+    }
+
+    /// What the controller alone reads, per namespace: the chart source's Secrets and
+    /// ConfigMaps by name, and where the releases write workloads, their Pods (`list` and
+    /// `watch`), to judge their health.
+    fn own_reads(&self) -> BTreeMap<String, Vec<PolicyRule>> {
+        let mut by_namespace = self.reference_rules();
+        if self.runs_pods() {
+            let pods = rule("", ["pods".to_string()], &["list", "watch"]);
+            for namespace in self.writers().into_keys() {
+                by_namespace
+                    .entry(namespace)
+                    .or_default()
+                    .push(pods.clone());
+            }
+        }
+        by_namespace
     }
 
     /// `get` by name on the chart source's Secrets and ConfigMaps, per namespace.

@@ -252,6 +252,7 @@ fn watching_everywhere_lists_and_watches_the_charts_kinds_but_never_secrets() {
         json!([
             {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["list", "watch"]},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         ])
     );
     assert_eq!(with[..without.len()], without[..]);
@@ -341,6 +342,10 @@ fn objects_are_typed_and_ordered_deployment_last() {
             "RoleBinding",
             "Role",
             "RoleBinding",
+            "Role",
+            "RoleBinding",
+            "Role",
+            "RoleBinding",
             "Deployment"
         ]
     );
@@ -417,7 +422,12 @@ fn references_in_other_namespaces_are_read_there_by_name_and_the_controller_is_t
     let get = |resource: &str, name: &str| json!({"apiGroups": [""], "resources": [resource], "resourceNames": [name], "verbs": ["get"]});
     let namespaced = controller.permissions.controller_namespace_rules("demo");
     let namespaced = serde_json::to_value(namespaced).unwrap();
-    assert_eq!(namespaced, json!({"shared": [get("secrets", "registry")]}));
+    let pods = json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]});
+    assert_eq!(
+        namespaced,
+        json!({"shared": [get("secrets", "registry")], "team-a": [pods], "team-b": [pods]}),
+        "the chart's Deployment runs Pods in each release namespace, which the controller watches"
+    );
     let own = serde_json::to_value(
         controller
             .permissions

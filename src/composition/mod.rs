@@ -51,8 +51,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, DriftMode, DriftWatch, FINALIZER, MOVE_ANNOTATION, Phase, VERSION_LABEL,
-    is_paused,
+    CompositionDefinition, DriftMode, DriftWatch, FINALIZER, HealthMode, MOVE_ANNOTATION, Phase,
+    VERSION_LABEL, is_paused,
 };
 use crate::runtime::{finalized, timed};
 use inputs::TargetRelease;
@@ -247,28 +247,63 @@ async fn install(
     .await;
     drop(shared);
     let mut first_failure = None;
+    let mut due = context.config.resync;
     for (target, outcome) in targets.iter().zip(outcomes) {
         let recorded = writer.recorded(&target.cluster);
-        match outcome {
+        let entry = match outcome {
             Ok(Outcome::UpToDate(settled)) => {
                 let entry = placement::recovered_entry(recorded);
                 let entry = drift::with_lines(entry, recorded, &settled);
-                writer.record_target(Phase::Ready, entry);
+                judged(
+                    context, definition, target, entry, recorded, false, &mut due,
+                )
             }
-            Ok(Outcome::Released(entry)) => writer.record_target(Phase::Ready, Some(*entry)),
+            Ok(Outcome::Released(entry)) => {
+                let entry = Some(*entry);
+                judged(context, definition, target, entry, recorded, true, &mut due)
+            }
             Err(Failure { error, entry }) => {
                 let entry =
                     entry.unwrap_or_else(|| placement::failed_entry(target, &error, recorded));
                 writer.record_target(Phase::Failed, Some(entry));
                 first_failure.get_or_insert(error);
+                continue;
             }
-        }
+        };
+        writer.record_target(Phase::Ready, entry);
     }
     cleanup::unplaced(object, context, writer, &targets, placement).await?;
     match first_failure {
         Some(error) => Err(error),
-        None => Ok(Action::requeue(context.config.resync)),
+        None => Ok(Action::requeue(due)),
     }
+}
+
+/// The entry of a target whose release is written (`released`: just now) with its health, when
+/// the definition waits for it; `due` shortens to when a release still on its way is past the
+/// timeout.
+fn judged(
+    context: &Context,
+    definition: &CompositionDefinition,
+    target: &placement::Target,
+    entry: Option<crate::api::ClusterStatus>,
+    recorded: Option<&crate::api::ClusterStatus>,
+    released: bool,
+    due: &mut std::time::Duration,
+) -> Option<crate::api::ClusterStatus> {
+    let spec = &definition.spec.health;
+    let health = (spec.mode == HealthMode::Wait).then(|| {
+        let release = (target.namespace.as_str(), target.release.as_str());
+        let verdict = context.drift.health(&target.cluster, release);
+        let before = recorded.and_then(|r| r.health.as_ref());
+        let timeout = std::time::Duration::from_secs(spec.timeout_seconds.into());
+        let health = health::of_release(verdict, before, released, timeout);
+        if let Some(left) = health::due_in(&health, timeout) {
+            *due = (*due).min(left);
+        }
+        health
+    });
+    health::with_health(entry, recorded, health)
 }
 
 /// What each target's release is made of: the chart, the values, whether Helm's words are
@@ -312,11 +347,16 @@ async fn release_on(
         &context.memory.remotes,
         outcome.as_ref().err().map(|f| &f.error),
     );
-    let watched = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
-    if outcome.is_ok() && watched {
+    let drifts = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
+    let health = definition.health.mode == HealthMode::Wait;
+    if outcome.is_ok() && (drifts || health) {
         let resources = writer.lock().await.resources().to_vec();
         let everywhere = definition.drift.watch == DriftWatch::Cluster || !reach.is_local();
-        drift::watch(context, &reach, target, object, &resources, everywhere).await;
+        let place = (&reach, target);
+        drift::watch(context, place, object, &resources, (everywhere, health)).await;
+        if health && matches!(outcome, Ok(Outcome::Released(_))) {
+            drift::judge_now(context, &reach, target, &resources).await;
+        }
     }
     outcome
 }

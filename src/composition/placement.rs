@@ -104,6 +104,7 @@ pub fn failed_entry(
         drifted: recorded.map(|c| c.drifted.clone()).unwrap_or_default(),
         drift_unknown: matches!(error, Error::Cluster(_))
             && recorded.is_some_and(|c| c.revision.is_some()),
+        health: None,
         last_transition_time: None,
     }
 }

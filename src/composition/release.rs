@@ -399,6 +399,7 @@ impl TargetRelease<'_> {
             message,
             drifted: Vec::new(),
             drift_unknown: false,
+            health: None,
             last_transition_time: None,
         }
     }

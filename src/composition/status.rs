@@ -12,8 +12,8 @@ use serde_json::json;
 
 use super::{Context, Error};
 use crate::api::{
-    ClusterStatus, CompositionChart, CompositionStatus, INSTALLED, Phase, READY, RECONCILING,
-    ResourceRef, STALLED, find_condition, remove_condition, set_condition,
+    ClusterStatus, CompositionChart, CompositionStatus, HealthState, INSTALLED, Phase, READY,
+    RECONCILING, ResourceRef, STALLED, find_condition, remove_condition, set_condition,
 };
 use crate::runtime::ReconcileError;
 use crate::runtime::events::EventType;
@@ -122,7 +122,10 @@ impl<'a> StatusWriter<'a> {
         let generation = self.object.metadata.generation;
         record_outcome(&mut self.status, &self.targets, &result, generation);
         let clusters = &self.status.clusters;
-        let ready = clusters.iter().filter(|c| c.phase == Phase::Ready).count();
+        let ready = clusters
+            .iter()
+            .filter(|c| c.phase == Phase::Ready && healthy(c))
+            .count();
         self.status.ready_clusters = Some(format!("{ready}/{}", clusters.len()));
         publish_transition(context, self.object, &self.initial, &self.status).await;
         self.write().await?;
@@ -199,21 +202,73 @@ fn record_outcome(
                 "the release is deployed",
                 generation,
             );
-            set_condition(
-                conditions,
-                READY,
-                true,
-                "Ready",
-                "the release is deployed and up to date",
-                generation,
-            );
-            remove_condition(conditions, RECONCILING);
             remove_condition(conditions, STALLED);
             status.observed_generation = generation;
+            record_health(status, generation);
         }
         Err(error) => record_error(status, error, generation),
     }
 }
+
+/// Whether what the release on a cluster runs is healthy, or its health is not waited for.
+fn healthy(cluster: &ClusterStatus) -> bool {
+    cluster
+        .health
+        .as_ref()
+        .is_none_or(|h| h.state == HealthState::Healthy)
+}
+
+/// Ready as the health of the releases says: True once every one is healthy; else False,
+/// `Unhealthy` when one is (naming it), `Progressing` while one is on its way, which the phase
+/// follows.
+fn record_health(status: &mut CompositionStatus, generation: Option<i64>) {
+    let several = status.clusters.len() > 1;
+    let not_healthy = |state: HealthState| {
+        let cluster = status
+            .clusters
+            .iter()
+            .find(|c| c.health.as_ref().is_some_and(|h| h.state == state))?;
+        let message = cluster.health.as_ref().map(|h| h.message.as_str())?;
+        Some(match several {
+            true => format!("cluster {}: {message}", cluster.name),
+            false => message.to_string(),
+        })
+    };
+    let unhealthy = not_healthy(HealthState::Unhealthy);
+    let progressing = not_healthy(HealthState::Progressing);
+    let conditions = &mut status.conditions;
+    match (unhealthy, progressing) {
+        (None, None) => {
+            let message = "the release is deployed, and what it runs is healthy";
+            set_condition(conditions, READY, true, "Ready", message, generation);
+            remove_condition(conditions, RECONCILING);
+        }
+        (Some(message), _) => {
+            set_condition(conditions, READY, false, UNHEALTHY, &message, generation);
+            remove_condition(conditions, RECONCILING);
+            status.phase = Some(Phase::Failed);
+        }
+        (None, Some(message)) => {
+            set_condition(conditions, READY, false, PROGRESSING, &message, generation);
+            set_condition(
+                conditions,
+                RECONCILING,
+                true,
+                PROGRESSING,
+                &message,
+                generation,
+            );
+            if status.phase == Some(Phase::Ready) {
+                status.phase = Some(Phase::Progressing);
+            }
+        }
+    }
+}
+
+/// Ready's reason while what a release runs comes up.
+const PROGRESSING: &str = "Progressing";
+/// Ready's reason when what a release runs failed, or did not come up in time.
+const UNHEALTHY: &str = "Unhealthy";
 
 /// Ready False with the error's reason; Stalled when only a change can help (the generation is
 /// then observed), else Reconciling while the retry is due.
@@ -273,14 +328,11 @@ async fn publish_transition(
     if new.status == "True" || old == Some((new.status.clone(), new.reason.clone())) {
         return;
     }
-    publish(
-        context,
-        object,
-        EventType::Warning,
-        &new.reason,
-        &new.message,
-    )
-    .await;
+    let type_ = match new.reason.as_str() {
+        PROGRESSING => EventType::Normal,
+        _ => EventType::Warning,
+    };
+    publish(context, object, type_, &new.reason, &new.message).await;
 }
 
 /// Publishes an event on `object` (see [`crate::runtime::events::Recorder::publish`]).
@@ -396,6 +448,7 @@ mod tests {
             message: String::new(),
             drifted: Vec::new(),
             drift_unknown: false,
+            health: None,
             last_transition_time: None,
         };
         let mut status = CompositionStatus::default();

@@ -282,13 +282,19 @@ fn columns() -> Vec<CustomResourceColumnDefinition> {
             "Ready",
             "string",
             r#".status.conditions[?(@.type=="Ready")].status"#,
-            "Whether every release is ready.",
+            "Whether every release is installed and healthy.",
+        ),
+        column(
+            "Reason",
+            "string",
+            r#".status.conditions[?(@.type=="Ready")].reason"#,
+            "Why it is ready or not: Ready, Progressing, Unhealthy, or what failed.",
         ),
         column(
             "Clusters",
             "string",
             ".status.readyClusters",
-            "Clusters whose release is ready, of all it is placed on.",
+            "Clusters whose release is installed and healthy, of all it is placed on.",
         ),
         column(
             "Chart",

@@ -43,7 +43,7 @@ fn crd_has_names_version_status_and_columns() {
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(cols, ["Ready", "Clusters", "Chart", "Age"]);
+    assert_eq!(cols, ["Ready", "Reason", "Clusters", "Chart", "Age"]);
     let props = root_of(&crd).properties.as_ref().unwrap();
     let replicas = &props["spec"].properties.as_ref().unwrap()["replicas"];
     assert_eq!(

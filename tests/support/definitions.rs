@@ -46,6 +46,7 @@ impl Fixture {
             .unwrap()
             .extend(extra.as_object().cloned().unwrap_or_default());
         spec["names"]["group"] = json!(self.group);
+        super::health_ignored_unless_asked(&mut spec);
         let definition = json!({
             "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
             "metadata": {"name": name}, "spec": spec,

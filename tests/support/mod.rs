@@ -904,13 +904,24 @@ impl OperatorBed {
 }
 
 /// Applies definition `namespace/name` with `spec` (server-side, as `kubectl apply` would).
+/// `spec.health.mode: Ignore` unless a definition's `spec` says otherwise: the node here has no
+/// image of the test charts but its pause image (and a registered cluster no node at all), so a
+/// test of something else has its compositions Ready once Helm wrote their releases;
+/// tests/health.rs waits for what they run.
+pub fn health_ignored_unless_asked(spec: &mut serde_json::Value) {
+    if spec.get("health").is_none() {
+        spec["health"] = serde_json::json!({"mode": "Ignore"});
+    }
+}
+
 pub async fn apply_definition(
     client: &Client,
     namespace: &str,
     name: &str,
-    spec: serde_json::Value,
+    mut spec: serde_json::Value,
 ) {
     use kube::api::{Patch, PatchParams};
+    health_ignored_unless_asked(&mut spec);
     let definition = serde_json::json!({
         "apiVersion": "compositor.dev/v1alpha1", "kind": "CompositionDefinition",
         "metadata": {"name": name}, "spec": spec,

@@ -284,6 +284,7 @@ mod tests {
             message: String::new(),
             drifted: Vec::new(),
             drift_unknown: false,
+            health: None,
             last_transition_time: None,
         }
     }

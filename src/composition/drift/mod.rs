@@ -21,11 +21,12 @@ mod seen;
 mod watches;
 
 pub(super) use corrections::Corrections;
-pub(super) use watches::{Watched, Watches};
+pub(super) use watches::{Reads, Watched, Watches};
 
 use std::collections::BTreeSet;
 use std::fmt;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
@@ -301,35 +302,51 @@ pub(super) fn with_lines(
     Some(ClusterStatus { drifted, ..entry })
 }
 
-/// Watches what the release on `target` keeps (`resources`) for drift, through `reach`; a
-/// namespaced kind across the cluster only when `everywhere` may be granted (the definition asks
-/// for it, or the cluster is a registered one, whose Secret's identity decides).
+/// Watches what the release on `target` keeps (`resources`) for drift and, when `health` is
+/// judged, the status of what has one and the Pods of its workloads, through `reach`; a
+/// namespaced kind across the cluster only when `everywhere` may be granted (the definition
+/// asks for it, or the cluster is a registered one, whose Secret's identity decides).
 pub(super) async fn watch(
     context: &Context,
-    reach: &Reach,
-    target: &Target,
+    (reach, target): (&Reach, &Target),
     composition: &DynamicObject,
     resources: &[ResourceRef],
-    everywhere: bool,
+    (everywhere, health): (bool, bool),
 ) {
     let mut objects = Vec::new();
+    let mut pods_in = BTreeSet::new();
     for object in resources {
-        match resource_of(reach, object, &target.namespace).await {
-            Ok((resource, namespace)) => {
-                let watched = match namespace {
-                    None => Watched::Object(object.name.clone()),
-                    Some(namespace) if everywhere => {
-                        watched(context, reach, target, &resource, namespace).await
-                    }
-                    Some(namespace) => Watched::Namespace(namespace),
-                };
-                objects.push((resource, watched));
-            }
+        let (resource, namespace) = match resource_of(reach, object, &target.namespace).await {
+            Ok(found) => found,
             Err(error) => {
                 let error = crate::runtime::error_message(&error);
-                tracing::debug!(object = %object.name, %error, "not watched for drift");
+                tracing::debug!(object = %object.name, %error, "not watched");
+                continue;
             }
+        };
+        let reads = match health {
+            true => Reads::of(&resource),
+            false => Reads::Metadata,
+        };
+        if health && super::health::runs_pods(&resource.group, &resource.kind) {
+            pods_in.extend(namespace.clone());
         }
+        let watched = match namespace {
+            None => Watched::Object(object.name.clone()),
+            Some(namespace) if everywhere => {
+                watched(context, (reach, target), (&resource, reads), namespace).await
+            }
+            Some(namespace) => Watched::Namespace(namespace),
+        };
+        objects.push((resource, watched, reads));
+    }
+    let pods = ApiResource::erase::<Pod>(&());
+    for namespace in pods_in {
+        let watched = match everywhere {
+            true => watched(context, (reach, target), (&pods, Reads::Pods), namespace).await,
+            false => Watched::Namespace(namespace),
+        };
+        objects.push((pods.clone(), watched, Reads::Pods));
     }
     let key = (
         composition.namespace().unwrap_or_default(),
@@ -342,19 +359,18 @@ pub(super) async fn watch(
         .await;
 }
 
-/// How an object of the namespaced `resource` in `namespace` is watched: as it is already;
-/// else across the cluster where the controller may list and watch the kind so (asked only
-/// then, so a resync asks nothing), else in its namespace.
+/// How an object of the namespaced `resource` in `namespace` is watched (reading `reads`): as
+/// it is already; else across the cluster where the controller may list and watch the kind so
+/// (asked only then, so a resync asks nothing), else in its namespace.
 async fn watched(
     context: &Context,
-    reach: &Reach,
-    target: &Target,
-    resource: &ApiResource,
+    (reach, target): (&Reach, &Target),
+    (resource, reads): (&ApiResource, Reads),
     namespace: String,
 ) -> Watched {
     if let Some(watched) = context
         .drift
-        .watching(&target.cluster, resource, &namespace)
+        .watching(&target.cluster, resource, &namespace, reads)
     {
         return watched;
     }
@@ -366,6 +382,35 @@ async fn watched(
         true => Watched::Everywhere,
         false => Watched::Namespace(namespace),
     }
+}
+
+/// Reads the objects of the release on `target` whose status says how they are doing
+/// (`resources`), so that its health after a Helm write is judged from what is there now, not
+/// from watch events still on their way; one that cannot be read is left to its watch.
+pub(super) async fn judge_now(
+    context: &Context,
+    reach: &Reach,
+    target: &Target,
+    resources: &[ResourceRef],
+) {
+    let mut objects = Vec::new();
+    for object in resources {
+        let Ok((resource, namespace)) = resource_of(reach, object, &target.namespace).await else {
+            continue;
+        };
+        if Reads::of(&resource) != Reads::Status {
+            continue;
+        }
+        let api = api(&reach.client, &resource, namespace.as_deref());
+        if let Ok(Some(mut found)) = api.get_opt(&object.name).await {
+            found.types = Some(kube::core::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            });
+            objects.push(found);
+        }
+    }
+    context.drift.judged(&target.cluster, &objects);
 }
 
 /// The objects of `resources` that are not there; a namespaced one without a namespace is

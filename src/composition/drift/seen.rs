@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use kube::core::{DynamicObject, PartialObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 /// The annotations that name an object's release.
@@ -29,8 +29,7 @@ pub(super) struct Seen {
 }
 
 impl Seen {
-    fn of(object: &PartialObjectMeta<DynamicObject>) -> Seen {
-        let metadata = &object.metadata;
+    fn of(metadata: &ObjectMeta) -> Seen {
         let annotations = metadata.annotations.as_ref();
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
         Seen {
@@ -39,7 +38,7 @@ impl Seen {
             name: metadata.name.clone().unwrap_or_default(),
             namespace: metadata.namespace.clone(),
             release: annotation(RELEASE_NAMESPACE).zip(annotation(RELEASE_NAME)),
-            signature: signature(object),
+            signature: signature(metadata),
         }
     }
 }
@@ -80,14 +79,14 @@ pub(super) struct Signatures {
 impl Signatures {
     /// The objects `event` shows changed (or gone) since they were last seen. A new object is
     /// not a change; one missing from a relist is gone.
-    pub(super) fn changes(&mut self, event: Event<PartialObjectMeta<DynamicObject>>) -> Vec<Seen> {
+    pub(super) fn changes(&mut self, event: Event<ObjectMeta>) -> Vec<Seen> {
         match event {
             Event::Init => {
                 self.relisted = Some(HashSet::new());
                 Vec::new()
             }
             Event::InitApply(object) => {
-                let uid = object.metadata.uid.clone().unwrap_or_default();
+                let uid = object.uid.clone().unwrap_or_default();
                 if let Some(relisted) = &mut self.relisted {
                     relisted.insert(uid);
                 }
@@ -104,14 +103,14 @@ impl Signatures {
             }
             Event::Apply(object) => self.applied(&object).into_iter().collect(),
             Event::Delete(object) => {
-                let uid = object.metadata.uid.clone().unwrap_or_default();
+                let uid = object.uid.clone().unwrap_or_default();
                 self.known.remove(uid.as_str());
                 vec![Seen::of(&object)]
             }
         }
     }
 
-    fn applied(&mut self, object: &PartialObjectMeta<DynamicObject>) -> Option<Seen> {
+    fn applied(&mut self, object: &ObjectMeta) -> Option<Seen> {
         let seen = Seen::of(object);
         let before = self.known.replace(Known(Box::new(seen.clone())));
         before
@@ -122,14 +121,10 @@ impl Signatures {
 
 /// Who owns which fields of `object`, apart from status writes, and whether it is being
 /// deleted.
-fn signature(object: &PartialObjectMeta<DynamicObject>) -> u64 {
+fn signature(metadata: &ObjectMeta) -> u64 {
     let mut hasher = DefaultHasher::new();
-    object
-        .metadata
-        .deletion_timestamp
-        .is_some()
-        .hash(&mut hasher);
-    for entry in object.metadata.managed_fields.iter().flatten() {
+    metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    for entry in metadata.managed_fields.iter().flatten() {
         if entry.subresource.as_deref() == Some("status") {
             continue;
         }
@@ -146,11 +141,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(uid: &str, managers: serde_json::Value) -> PartialObjectMeta<DynamicObject> {
+    fn object(uid: &str, managers: serde_json::Value) -> ObjectMeta {
         serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": format!("cm-{uid}"), "namespace": "team", "uid": uid,
-                         "managedFields": managers},
+            "name": format!("cm-{uid}"), "namespace": "team", "uid": uid,
+            "managedFields": managers,
         }))
         .unwrap()
     }

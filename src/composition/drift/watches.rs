@@ -1,21 +1,27 @@
-//! Metadata-only watches of what the releases render, on every cluster a release is on, sharing
-//! HTTP/2 connections ([`Connections`]): one per kind where the controller may list and watch
-//! the kind in every namespace, else one per kind and namespace a release writes into; and one
-//! per name for a cluster-scoped object, which the controller may read only by name
-//! ([`Watched`]).
+//! Watches of what the releases render, on every cluster a release is on, sharing HTTP/2
+//! connections ([`Connections`]): one per kind where the controller may list and watch the kind
+//! in every namespace, else one per kind and namespace a release writes into; and one per name
+//! for a cluster-scoped object, which the controller may read only by name ([`Watched`]).
 //!
 //! An object is the release's by the annotations Helm puts on what it applies. Its managed
 //! fields say who owns what: when they change apart from status writes (someone else took a
 //! field, or one was taken away), or the object is deleted, it becomes a suspect of its
-//! composition, which is reconciled. Nothing else reaches the controller: status updates, a
-//! resync of the watch, objects of no release of this controller (`seen`); nor the event of the
-//! controller's own correction (`own_writes`).
+//! composition, which is reconciled. Nothing else reaches the controller for drift: status
+//! updates, a resync of the watch, objects of no release of this controller (`seen`); nor the
+//! event of the controller's own correction (`own_writes`).
+//!
+//! A kind with a status to judge ([`Reads::Status`]) is watched whole, and each object's
+//! health is judged as it goes by, into the [`health::View`]; the Pods of the namespaces a
+//! release runs workloads in are watched whole too ([`Reads::Pods`]). Only what is not healthy
+//! is kept, and a change of how a release is doing reconciles its composition. Other kinds
+//! are watched by their metadata only.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event, watcher};
@@ -27,13 +33,12 @@ use super::own_writes::OwnWrites;
 use super::seen::{Seen, Signatures};
 use crate::api::ResourceRef;
 use crate::composition::cached::Cached;
+use crate::composition::health::{self, ReleaseKey};
 use crate::runtime::Metrics;
 
 /// The label Helm puts on every object it applies.
 const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
 
-/// A release on a cluster: (cluster, release namespace, release name).
-type ReleaseKey = (String, String, String);
 /// A release's key, held once however many watches serve it: a watch across a cluster serves
 /// every release there.
 type SharedKey = Arc<ReleaseKey>;
@@ -48,16 +53,40 @@ struct WatchKey {
     version: String,
     plural: String,
     watched: Watched,
+    reads: Reads,
 }
 
 impl WatchKey {
-    fn new(cluster: &str, resource: &ApiResource, watched: Watched) -> WatchKey {
+    fn new(cluster: &str, resource: &ApiResource, (watched, reads): (Watched, Reads)) -> WatchKey {
         WatchKey {
             cluster: cluster.to_string(),
             group: resource.group.clone(),
             version: resource.version.clone(),
             plural: resource.plural.clone(),
             watched,
+            reads,
+        }
+    }
+}
+
+/// What one watch reads of the objects it sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(in crate::composition) enum Reads {
+    /// The metadata of the releases' objects: who owns which field.
+    Metadata,
+    /// The releases' objects whole: their metadata, and their status for their health.
+    Status,
+    /// Every Pod, the releases' or not: the Pods of the releases' workloads say why those do
+    /// not come up.
+    Pods,
+}
+
+impl Reads {
+    /// What a watch of the objects a release renders of `resource` reads.
+    pub(in crate::composition) fn of(resource: &ApiResource) -> Reads {
+        match health::judged(&resource.group, &resource.kind) {
+            true => Reads::Status,
+            false => Reads::Metadata,
         }
     }
 }
@@ -98,6 +127,8 @@ struct Shared {
     trigger: mpsc::UnboundedSender<CompositionKey>,
     /// The controller's own corrections, whose events are no drift.
     own_writes: OwnWrites<(ApiResource, Seen)>,
+    /// How each release is doing, by what is not healthy of it.
+    health: health::View,
 }
 
 impl Watches {
@@ -109,6 +140,7 @@ impl Watches {
             suspects: Mutex::default(),
             trigger,
             own_writes: OwnWrites::default(),
+            health: health::View::default(),
         };
         Watches {
             shared: Arc::new(shared),
@@ -144,7 +176,7 @@ impl Watches {
         config: &Arc<kube::Config>,
         (namespace, release): (&str, &str),
         composition: CompositionKey,
-        objects: Vec<(ApiResource, Watched)>,
+        objects: Vec<(ApiResource, Watched, Reads)>,
     ) {
         let key = (
             cluster.to_string(),
@@ -171,6 +203,7 @@ impl Watches {
         cluster: &str,
         resource: &ApiResource,
         namespace: &str,
+        reads: Reads,
     ) -> Option<Watched> {
         let running = lock(&self.running);
         [
@@ -179,7 +212,7 @@ impl Watches {
         ]
         .into_iter()
         .find(|watched| {
-            let key = WatchKey::new(cluster, resource, watched.clone());
+            let key = WatchKey::new(cluster, resource, (watched.clone(), reads));
             running.get(&key).is_some_and(|w| !w.task.is_finished())
         })
     }
@@ -190,13 +223,13 @@ impl Watches {
         &self,
         release: &SharedKey,
         config: &Arc<kube::Config>,
-        objects: Vec<(ApiResource, Watched)>,
+        objects: Vec<(ApiResource, Watched, Reads)>,
     ) -> Vec<oneshot::Receiver<()>> {
         let mut listed = Vec::new();
         let mut running = lock(&self.running);
         let cluster = &release.0;
-        for (resource, watched) in objects {
-            let key = WatchKey::new(cluster, &resource, watched);
+        for (resource, watched, reads) in objects {
+            let key = WatchKey::new(cluster, &resource, (watched, reads));
             if let Some(watch) = running.get_mut(&key).filter(|w| !w.task.is_finished()) {
                 watch.releases.insert(release.clone());
                 continue;
@@ -228,6 +261,7 @@ impl Watches {
             release.to_string(),
         );
         lock(&self.shared.releases).remove(&key);
+        self.shared.health.forget(&key);
         lock(&self.running).retain(|_, watch| {
             watch.releases.remove(&key);
             if watch.releases.is_empty() {
@@ -256,6 +290,28 @@ impl Watches {
         }
     }
 
+    /// How the release `(namespace, release)` on `cluster` is doing, as its watches saw it.
+    pub(in crate::composition) fn health(
+        &self,
+        cluster: &str,
+        (namespace, release): (&str, &str),
+    ) -> health::Verdict {
+        let key = (
+            cluster.to_string(),
+            namespace.to_string(),
+            release.to_string(),
+        );
+        self.shared.health.verdict(&key)
+    }
+
+    /// Judges `objects` of a release on `cluster` as read just now, so that the verdict after a
+    /// Helm write does not wait for their watch events.
+    pub(in crate::composition) fn judged(&self, cluster: &str, objects: &[DynamicObject]) {
+        for object in objects {
+            self.shared.health.saw(cluster, object);
+        }
+    }
+
     /// The suspects of `composition` on `cluster`, which the caller now looks at.
     pub(in crate::composition) fn take(
         &self,
@@ -281,8 +337,9 @@ const LIST_PAGE: u32 = 50;
 /// How long a release waits for its new watches' first list.
 const WATCH_START: Duration = Duration::from_secs(5);
 
-/// One watch, until the controller stops: suspects from what changes. `ready` is told when it
-/// has listed what is there. Its `lease` of a connection is given back when it stops.
+/// One watch, until the controller stops: suspects from what changes, and the health of what
+/// it judges. `ready` is told when it has listed what is there. Its `lease` of a connection is
+/// given back when it stops.
 async fn run(
     shared: Arc<Shared>,
     lease: Lease,
@@ -290,39 +347,113 @@ async fn run(
     key: WatchKey,
     ready: oneshot::Sender<()>,
 ) {
-    let mut ready = Some(ready);
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &key.watched {
-        Watched::Namespace(namespace) => {
-            Api::namespaced_with(lease.client.clone(), namespace, &resource)
-        }
-        Watched::Everywhere | Watched::Object(_) => Api::all_with(lease.client.clone(), &resource),
+    let client = lease.client.clone();
+    let namespace = match &key.watched {
+        Watched::Namespace(namespace) => Some(namespace.as_str()),
+        Watched::Everywhere | Watched::Object(_) => None,
     };
     // Small pages: a page's response, parsed managed fields and all, is held whole while it is
     // read, and what it leaves freed between longer-lived allocations stays with the process.
-    let mut config = watcher::Config::default()
-        .labels(HELM_LABEL)
-        .page_size(LIST_PAGE);
+    let mut config = watcher::Config::default().page_size(LIST_PAGE);
+    if key.reads != Reads::Pods {
+        config = config.labels(HELM_LABEL);
+    }
     if let Watched::Object(name) = &key.watched {
         config = config.fields(&format!("metadata.name={name}"));
     }
-    let mut seen = Signatures::default();
-    let events = watcher(api, config).default_backoff();
+    let cluster = key.cluster.as_str();
+    match key.reads {
+        Reads::Metadata => {
+            let api = api::<PartialObjectMeta<DynamicObject>>(client, &resource, namespace);
+            let events = watcher(api, config).default_backoff();
+            let drift = Drift::new(&shared, &key, &resource);
+            follow(events, ready, drift, |_| {}, |object| object.metadata).await;
+        }
+        Reads::Status => {
+            let api = api::<DynamicObject>(client, &resource, namespace);
+            let events = watcher(api, config).default_backoff();
+            let drift = Drift::new(&shared, &key, &resource);
+            let mut relisted = None;
+            let judge =
+                |event: &Event<DynamicObject>| shared.judge(&key, &resource, event, &mut relisted);
+            follow(events, ready, drift, judge, |object| object.metadata).await;
+        }
+        Reads::Pods => {
+            let api = api::<DynamicObject>(client, &resource, namespace);
+            let events = watcher(api, config).default_backoff();
+            let mut relisted = None;
+            let judge = |event: &Event<DynamicObject>| {
+                shared.judge_pods(cluster, namespace, event, &mut relisted)
+            };
+            follow(events, ready, Drift::none(), judge, |object| {
+                object.metadata
+            })
+            .await;
+        }
+    }
+    drop(lease);
+}
+
+/// Follows a watch's `events`: each is judged (`judge`), then its metadata (`metadata`) goes
+/// to `drift`; `ready` is told when the first list is done.
+async fn follow<K>(
+    events: impl futures::Stream<Item = Result<Event<K>, watcher::Error>>,
+    ready: oneshot::Sender<()>,
+    mut drift: Drift<'_>,
+    mut judge: impl FnMut(&Event<K>),
+    metadata: impl Fn(K) -> ObjectMeta,
+) {
+    let mut ready = Some(ready);
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
             // The watch backs off and tries again; a forbidden one stops with its release.
             Err(error) => {
-                tracing::debug!(watch = ?key, %error, "drift watch failed");
+                tracing::debug!(watch = ?drift.key, %error, "watch of a release's objects failed");
                 continue;
             }
         };
+        judge(&event);
         if matches!(event, Event::InitDone)
             && let Some(ready) = ready.take()
         {
             let _ = ready.send(());
         }
-        for object in seen.changes(event) {
+        drift.saw(map_event(event, &metadata));
+    }
+}
+
+/// What a watch tells drift: the objects whose owners changed, or that are gone.
+struct Drift<'a> {
+    /// `None` for a watch drift does not read.
+    of: Option<(&'a Shared, &'a ApiResource)>,
+    key: Option<&'a WatchKey>,
+    seen: Signatures,
+}
+
+impl<'a> Drift<'a> {
+    fn new(shared: &'a Shared, key: &'a WatchKey, resource: &'a ApiResource) -> Drift<'a> {
+        Drift {
+            of: Some((shared, resource)),
+            key: Some(key),
+            seen: Signatures::default(),
+        }
+    }
+
+    fn none() -> Drift<'a> {
+        Drift {
+            of: None,
+            key: None,
+            seen: Signatures::default(),
+        }
+    }
+
+    fn saw(&mut self, event: Event<ObjectMeta>) {
+        let (Some((shared, resource)), Some(key)) = (self.of, self.key) else {
+            return;
+        };
+        for object in self.seen.changes(event) {
             let (uid, version) = (object.uid.clone(), object.version.clone());
             let change = (resource.clone(), object);
             let told = shared
@@ -335,7 +466,112 @@ async fn run(
     }
 }
 
+/// `event` with `f` applied to each object it carries.
+fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(f(object)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(object) => Event::Apply(f(object)),
+        Event::Delete(object) => Event::Delete(f(object)),
+    }
+}
+
+fn api<K>(client: kube::Client, resource: &ApiResource, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client, namespace, resource),
+        None => Api::all_with(client, resource),
+    }
+}
+
 impl Shared {
+    /// Judges the object `event` of the watch `key` of `resource` carries, and after a relist
+    /// (`relisted`, the UIDs it showed) forgets the objects it did not show; a release whose
+    /// health that changes is reconciled.
+    fn judge(
+        &self,
+        key: &WatchKey,
+        resource: &ApiResource,
+        event: &Event<DynamicObject>,
+        relisted: &mut Option<HashSet<String>>,
+    ) {
+        let cluster = key.cluster.as_str();
+        let changed = match event {
+            Event::Init => {
+                *relisted = Some(HashSet::new());
+                Vec::new()
+            }
+            Event::InitApply(object) | Event::Apply(object) => {
+                if let Some(relisted) = relisted {
+                    relisted.insert(object.metadata.uid.clone().unwrap_or_default());
+                }
+                self.health.saw(cluster, object).into_iter().collect()
+            }
+            Event::Delete(object) => {
+                let uid = object.metadata.uid.as_deref().unwrap_or_default();
+                self.health.gone(cluster, uid).into_iter().collect()
+            }
+            Event::InitDone => {
+                let relisted = relisted.take().unwrap_or_default();
+                let kind = format!("{}/{}", resource.group, resource.kind);
+                let scope = |namespace: Option<&str>, name: &str| match &key.watched {
+                    Watched::Everywhere => true,
+                    Watched::Namespace(watched) => namespace == Some(watched.as_str()),
+                    Watched::Object(watched) => name == watched,
+                };
+                self.health.relisted(cluster, &kind, scope, &relisted)
+            }
+        };
+        for release in changed {
+            self.wake(&release);
+        }
+    }
+
+    /// Judges the Pod `event` carries, and after a relist (`relisted`, the UIDs it showed)
+    /// forgets the Pods it did not show; the releases whose workloads that changes are
+    /// reconciled.
+    fn judge_pods(
+        &self,
+        cluster: &str,
+        namespace: Option<&str>,
+        event: &Event<DynamicObject>,
+        relisted: &mut Option<HashSet<String>>,
+    ) {
+        let changed = match event {
+            Event::Init => {
+                *relisted = Some(HashSet::new());
+                Vec::new()
+            }
+            Event::InitApply(pod) | Event::Apply(pod) => {
+                if let Some(relisted) = relisted {
+                    relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
+                }
+                self.health.pod(cluster, pod)
+            }
+            Event::Delete(pod) => {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                self.health.pod_gone(cluster, uid)
+            }
+            Event::InitDone => {
+                let relisted = relisted.take().unwrap_or_default();
+                self.health.pods_relisted(cluster, namespace, &relisted)
+            }
+        };
+        for release in changed {
+            self.wake(&release);
+        }
+    }
+
+    /// Reconciles the composition of `release`, if it is one of this controller's.
+    fn wake(&self, release: &ReleaseKey) {
+        if let Some(composition) = lock(&self.releases).get(release).cloned() {
+            let _ = self.trigger.send(composition);
+        }
+    }
+
     /// `object` (changed or deleted) is a suspect of the composition whose release it is.
     fn suspect(&self, cluster: &str, resource: &ApiResource, object: Seen) {
         let Some((release_namespace, release)) = object.release else {

@@ -9,7 +9,12 @@
 //! `cases.json` holds, kind by kind, the objects the unit test judges and the verdict each gets.
 
 mod pods;
+mod record;
+mod view;
 mod workloads;
+
+pub(super) use record::{due_in, of_release, with_health};
+pub(super) use view::{ReleaseKey, Verdict, View, runs_pods};
 
 #[cfg(test)]
 mod tests;
@@ -27,6 +32,16 @@ pub enum Health {
     /// Stopped short, and will not get there by itself: why, in its controller's or the
     /// kubelet's words.
     Failed(String),
+}
+
+impl Health {
+    /// What it waits for or why it failed; nothing when Current.
+    pub fn message(&self) -> &str {
+        match self {
+            Health::Current => "",
+            Health::InProgress(message) | Health::Failed(message) => message,
+        }
+    }
 }
 
 /// How `object` is doing, from its kind, spec and status.
@@ -62,6 +77,43 @@ pub fn judge(object: &DynamicObject) -> Health {
         ("apiregistration.k8s.io", "APIService") => api_service(status),
         _ => by_conditions(status),
     }
+}
+
+/// Kinds with no status to judge, Current once they exist: their watches read metadata only
+/// (never a Secret's data).
+const STATUSLESS: [(&str, &str); 21] = [
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "IngressClass"),
+    ("policy", "PodDisruptionBudget"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("batch", "CronJob"),
+    ("storage.k8s.io", "StorageClass"),
+    ("discovery.k8s.io", "EndpointSlice"),
+];
+
+/// Whether objects of `(group, kind)` have a status that says how they are doing.
+pub(super) fn judged(group: &str, kind: &str) -> bool {
+    !STATUSLESS.contains(&(group, kind))
 }
 
 /// The condition of `type_` in `status.conditions`, if there is one.

@@ -1,0 +1,273 @@
+//! Ready means running: on the test bed's node, a composition is Ready only once what its
+//! release runs is healthy, says why when it is not, in the kubelet's words, and is Ready again
+//! once fixed. The node has one image, its pause image, which the chart here runs.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use support::definitions::{Fixture, reason_of, run_controller, wait_status};
+
+/// The node's one image.
+const PAUSE: &str = "localhost/pause:3.10";
+
+/// A chart of a Deployment of `image` (never pulled) with `replicas` and, when set, `command`;
+/// and with `job`, a Job of the same container that is not retried.
+fn health_chart() -> String {
+    let name = support::unique("health");
+    let deployment = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: '{{ .Release.Name }}-web'}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector: {matchLabels: {app: '{{ .Release.Name }}-web'}}
+  template:
+    metadata: {labels: {app: '{{ .Release.Name }}-web'}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: web
+          image: {{ .Values.image | quote }}
+          imagePullPolicy: Never
+          {{- with .Values.command }}
+          command: {{ toJson . }}
+          {{- end }}
+{{- if .Values.job }}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: '{{ .Release.Name }}-once'}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: once
+          image: {{ .Values.image | quote }}
+          imagePullPolicy: Never
+          command: {{ toJson .Values.job.command }}
+{{- end }}
+"#;
+    let values = format!("replicas: 1\nimage: {PAUSE}\ncommand: []\njob: null\n");
+    let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    support::publish_chart(
+        &name,
+        &[
+            ("Chart.yaml", &chart),
+            ("values.yaml", &values),
+            ("templates/workloads.yaml", deployment),
+        ],
+    )
+}
+
+/// A definition of the health chart that waits for health, its controller, and a namespace.
+struct Bed {
+    fixture: Fixture,
+    definition: compositor::api::CompositionDefinition,
+    controller: support::Process,
+    namespace: String,
+    _cache: tempfile::TempDir,
+}
+
+impl Bed {
+    /// `None` without a node: nothing runs there, so nothing is ever healthy.
+    async fn new(prefix: &str) -> Option<Bed> {
+        if support::node().is_none() {
+            eprintln!("no node in this test bed: what a release runs never runs");
+            return None;
+        }
+        let fixture = Fixture::new(prefix).await;
+        let health = json!({"health": {"mode": "Wait", "timeoutSeconds": 120}});
+        let definition = fixture.define("health", &health_chart(), health).await;
+        let status = definition.status.clone().unwrap();
+        let (controller, cache) = run_controller(&fixture, &status.versions[0].controller).await;
+        let namespace = support::namespace(&fixture.client, prefix).await;
+        Some(Bed {
+            fixture,
+            definition,
+            controller,
+            namespace,
+            _cache: cache,
+        })
+    }
+
+    async fn create(&self, name: &str, spec: Value) -> Api<DynamicObject> {
+        let (definition, namespace) = (&self.definition, &self.namespace);
+        self.fixture
+            .create_with(definition, namespace, name, spec)
+            .await
+    }
+
+    /// The status once Ready has `reason` (and `status`).
+    async fn ready_is(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        (status, reason): (&str, &str),
+    ) -> Value {
+        let holds = |s: &Value| {
+            let ready = s["conditions"].as_array().into_iter().flatten();
+            let mut ready = ready.filter(|c| c["type"] == "Ready");
+            ready.any(|c| c["status"] == status && c["reason"] == reason)
+        };
+        let what = format!("Ready {status} {reason}");
+        wait_status(api, name, &what, holds, &self.controller).await
+    }
+}
+
+/// The reasons and notes of `name`'s events, `Reason: note`, once there is one with `reason`
+/// (or after a few seconds).
+async fn events_of(bed: &Bed, name: &str, reason: &str) -> Vec<String> {
+    let events = Api::<Event>::namespaced(bed.fixture.client.clone(), &bed.namespace);
+    let mut said = Vec::new();
+    for _ in 0..40 {
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        said = listed
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                )
+            })
+            .collect();
+        if said.iter().any(|e| e.starts_with(reason)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    said
+}
+
+/// The time of the Ready condition in `conditions`.
+fn ready_since(conditions: &Value) -> String {
+    let ready = conditions.as_array().into_iter().flatten();
+    let mut ready = ready.filter(|c| c["type"] == "Ready");
+    ready
+        .find_map(|c| c["lastTransitionTime"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_composition_is_ready_only_once_its_pod_is() {
+    let Some(bed) = Bed::new("health-runs").await else {
+        return;
+    };
+    let name = support::unique("web");
+    let api = bed.create(&name, json!({})).await;
+    let status = bed.ready_is(&api, &name, ("True", "Ready")).await;
+    assert_eq!(
+        status["clusters"][0]["health"]["state"], "Healthy",
+        "{status}"
+    );
+    assert_eq!(status["readyClusters"], "1/1", "{status}");
+
+    let pods = Api::<Pod>::namespaced(bed.fixture.client.clone(), &bed.namespace);
+    let selector = format!("app={name}-web");
+    let pods = pods.list(&ListParams::default().labels(&selector)).await;
+    let pod = pods.unwrap().items.pop().expect("the Deployment's pod");
+    let pod_ready = ready_since(&json!(pod.status.unwrap().conditions));
+    let composition_ready = ready_since(&status["conditions"]);
+    println!("pod Ready at {pod_ready}; composition Ready at {composition_ready}");
+    assert!(
+        !pod_ready.is_empty() && composition_ready >= pod_ready,
+        "the composition is Ready ({composition_ready}) no sooner than its pod ({pod_ready})"
+    );
+    let events = events_of(&bed, &name, "Progressing").await;
+    assert!(
+        events.iter().any(|e| e.starts_with("Progressing")),
+        "it said it was progressing before: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_container_that_cannot_start_is_unhealthy_in_the_kubelets_words_until_fixed() {
+    let Some(bed) = Bed::new("health-start").await else {
+        return;
+    };
+    let name = support::unique("broken");
+    let api = bed
+        .create(&name, json!({"command": ["/nonexistent"]}))
+        .await;
+    let status = bed.ready_is(&api, &name, ("False", "Unhealthy")).await;
+    let said = reason_of(&status, "Ready");
+    let namespace = &bed.namespace;
+    assert!(
+        said.contains(&format!(
+            "Deployment {namespace}/{name}-web: pod {name}-web-"
+        )) && said.contains("container web: ")
+            && said.contains("/nonexistent"),
+        "names the workload, its pod, its container and the kubelet's words: {said}"
+    );
+    assert_eq!(
+        status["clusters"][0]["health"]["state"], "Unhealthy",
+        "{status}"
+    );
+    assert_eq!(status["readyClusters"], "0/1", "{status}");
+    assert_eq!(status["phase"], "Failed", "{status}");
+    let events = events_of(&bed, &name, "Unhealthy").await;
+    assert!(
+        events.iter().any(|e| e.starts_with("Unhealthy")),
+        "an event says so: {events:?}"
+    );
+
+    let fixed = json!({"spec": {"command": []}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&fixed))
+        .await
+        .expect("fix the command");
+    let status = bed.ready_is(&api, &name, ("True", "Ready")).await;
+    assert_eq!(status["clusters"][0]["revision"], 2, "{status}");
+}
+
+#[tokio::test]
+async fn an_image_the_node_does_not_have_is_unhealthy() {
+    let Some(bed) = Bed::new("health-image").await else {
+        return;
+    };
+    let name = support::unique("absent");
+    let api = bed
+        .create(&name, json!({"image": "localhost/absent:0.1"}))
+        .await;
+    let status = bed.ready_is(&api, &name, ("False", "Unhealthy")).await;
+    let said = reason_of(&status, "Ready");
+    assert!(
+        said.contains("container web: ErrImageNeverPull"),
+        "the kubelet's reason: {said}"
+    );
+}
+
+#[tokio::test]
+async fn no_replicas_are_healthy_at_once_and_a_failed_job_is_not() {
+    let Some(bed) = Bed::new("health-job").await else {
+        return;
+    };
+    let idle = support::unique("idle");
+    let api = bed.create(&idle, json!({"replicas": 0})).await;
+    bed.ready_is(&api, &idle, ("True", "Ready")).await;
+
+    let name = support::unique("job");
+    let job = json!({"replicas": 0, "job": {"command": ["/nonexistent"]}});
+    let api = bed.create(&name, job).await;
+    let status = bed.ready_is(&api, &name, ("False", "Unhealthy")).await;
+    let said = reason_of(&status, "Ready");
+    assert!(
+        said.contains(&format!("Job {}/{name}-once: ", bed.namespace)),
+        "names the Job: {said}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = api.get(&name).await.unwrap();
+    let said = reason_of(&again.data["status"], "Ready");
+    println!("{said}");
+    assert!(
+        said.starts_with(&format!("Unhealthy Job {}/{name}-once: ", bed.namespace)),
+        "a failed Job stays failed: {said}"
+    );
+}
