@@ -45,7 +45,7 @@ async fn assert_crd_and_controller_of_1_1_5(fixture: &Fixture) {
         .flatten()
         .map(|c| c.name.to_uppercase())
         .collect();
-    assert_eq!(columns, ["READY", "CLUSTERS", "CHART", "AGE"]);
+    assert_eq!(columns, ["READY", "REASON", "CLUSTERS", "CHART", "AGE"]);
 
     let deployment = fixture
         .deployments()
@@ -90,8 +90,15 @@ async fn a_definition_becomes_a_crd_and_a_controller_with_exact_rbac() {
         || fixture.can("v1-1-5", ("create", "apps", "deployments", ns, None)),
     )
     .await;
+    // Its Deployment's Pods say how the release is doing: the controller lists and watches them.
+    support::eventually(
+        "the controller may watch the Pods where its compositions are",
+        Duration::from_secs(30),
+        || fixture.can("v1-1-5", ("watch", "", "pods", ns, None)),
+    )
+    .await;
     let (group, home) = (fixture.group.as_str(), Some(fixture.namespace.as_str()));
-    let mut allowed = Vec::new();
+    let mut allowed = vec![("list", "", "pods", ns, None)];
     for resource in ["configmaps", "services", "secrets"] {
         for verb in ["get", "create", "update", "patch", "delete", "list"] {
             allowed.push((verb, "", resource, ns, None));
@@ -104,14 +111,16 @@ async fn a_definition_becomes_a_crd_and_a_controller_with_exact_rbac() {
     allowed.push(("get", "", "secrets", home, Some("repo-password")));
     assert_access(&fixture, true, &allowed).await;
 
-    // Denied: Secrets elsewhere, other kinds, RBAC itself, other definitions' resources; and
-    // placement does not create namespaces.
+    // Denied: Secrets elsewhere, other kinds, a Pod by name or Pods elsewhere, RBAC itself, other
+    // definitions' resources; and placement does not create namespaces.
     let rbac = "rbac.authorization.k8s.io";
     let denied = [
         ("get", "", "secrets", Some("kube-system"), None),
         ("list", "", "secrets", home, None),
         ("create", "apps", "deployments", Some("default"), None),
         ("create", "batch", "jobs", ns, None),
+        ("get", "", "pods", ns, None),
+        ("list", "", "pods", home, None),
         ("create", rbac, "clusterroles", None, None),
         ("create", rbac, "rolebindings", ns, None),
         ("delete", "", "namespaces", None, None),
