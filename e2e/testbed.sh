@@ -180,10 +180,10 @@ control_plane() {
 
   # Aggregated ClusterRoles are filled as on any cluster (kyverno's are approved lines).
   local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller
-  # What a node's pods need besides: Deployments become ReplicaSets become Pods, Jobs run theirs,
-  # each namespace gets the API server's CA for in-cluster config, and pods of a lost node are
-  # cleaned up.
-  [ -z "$NODE" ] || controllers=$controllers,deployment-controller,replicaset-controller,job-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,pod-garbage-collector-controller
+  # What a node's pods need besides: Deployments become ReplicaSets become Pods, Jobs and
+  # StatefulSets run theirs, each namespace gets the API server's CA for in-cluster config, and
+  # pods of a lost node are cleaned up.
+  [ -z "$NODE" ] || controllers=$controllers,deployment-controller,replicaset-controller,job-controller,statefulset-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,pod-garbage-collector-controller
   start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
     --kubeconfig "$DIR/kcm.kubeconfig" --bind-address 127.0.0.1 --secure-port "$kcm_port" \
     --cert-dir "$DIR/kcm" --leader-elect=false --controllers "$controllers" \

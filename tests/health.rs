@@ -52,8 +52,26 @@ spec:
           imagePullPolicy: Never
           command: {{ toJson .Values.job.command }}
 {{- end }}
+{{- if .Values.stateful }}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: '{{ .Release.Name }}-db'}
+spec:
+  replicas: 1
+  serviceName: '{{ .Release.Name }}-db'
+  selector: {matchLabels: {app: '{{ .Release.Name }}-db'}}
+  template:
+    metadata: {labels: {app: '{{ .Release.Name }}-db'}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: db
+          image: {{ .Values.image | quote }}
+          imagePullPolicy: Never
+{{- end }}
 "#;
-    let values = format!("replicas: 1\nimage: {PAUSE}\ncommand: []\njob: null\n");
+    let values = format!("replicas: 1\nimage: {PAUSE}\ncommand: []\njob: null\nstateful: false\n");
     let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
     support::publish_chart(
         &name,
@@ -81,19 +99,24 @@ impl Bed {
             eprintln!("no node in this test bed: what a release runs never runs");
             return None;
         }
+        Some(Bed::of(prefix, &health_chart()).await)
+    }
+
+    /// The same of the chart at `url`, with or without a node.
+    async fn of(prefix: &str, url: &str) -> Bed {
         let fixture = Fixture::new(prefix).await;
         let health = json!({"health": {"mode": "Wait", "timeoutSeconds": 120}});
-        let definition = fixture.define("health", &health_chart(), health).await;
+        let definition = fixture.define("health", url, health).await;
         let status = definition.status.clone().unwrap();
         let (controller, cache) = run_controller(&fixture, &status.versions[0].controller).await;
         let namespace = support::namespace(&fixture.client, prefix).await;
-        Some(Bed {
+        Bed {
             fixture,
             definition,
             controller,
             namespace,
             _cache: cache,
-        })
+        }
     }
 
     async fn create(&self, name: &str, spec: Value) -> Api<DynamicObject> {
@@ -270,4 +293,72 @@ async fn no_replicas_are_healthy_at_once_and_a_failed_job_is_not() {
         said.starts_with(&format!("Unhealthy Job {}/{name}-once: ", bed.namespace)),
         "a failed Job stays failed: {said}"
     );
+}
+
+#[tokio::test]
+async fn a_stateful_set_is_ready_once_its_pod_is() {
+    let Some(bed) = Bed::new("health-stateful").await else {
+        return;
+    };
+    let name = support::unique("db");
+    let api = bed
+        .create(&name, json!({"replicas": 0, "stateful": true}))
+        .await;
+    let status = bed.ready_is(&api, &name, ("True", "Ready")).await;
+    let pods = Api::<Pod>::namespaced(bed.fixture.client.clone(), &bed.namespace);
+    let pod = pods.get(&format!("{name}-db-0")).await.expect("its pod");
+    let pod_ready = ready_since(&json!(pod.status.unwrap().conditions));
+    let composition_ready = ready_since(&status["conditions"]);
+    assert!(
+        !pod_ready.is_empty() && composition_ready >= pod_ready,
+        "Ready ({composition_ready}) no sooner than its pod ({pod_ready})"
+    );
+}
+
+/// Without a node too: an object of a chart's own kind is as healthy as its conditions say,
+/// and the composition follows each change of them within a second or two.
+#[tokio::test]
+async fn a_custom_object_is_as_healthy_as_its_conditions_say() {
+    let (url, widgets) = support::charts::widget_chart();
+    let bed = Bed::of("health-custom", &url).await;
+    let name = support::unique("w");
+    let api = bed.create(&name, json!({})).await;
+    bed.ready_is(&api, &name, ("True", "Ready")).await;
+
+    let widgets =
+        Api::<DynamicObject>::namespaced_with(bed.fixture.client.clone(), &bed.namespace, &widgets);
+    let steps = [
+        (
+            json!([{"type": "Ready", "status": "False", "reason": "Warming", "message": "cache cold"}]),
+            ("False", "Progressing"),
+            "Widget {ns}/{name}: Warming: cache cold",
+        ),
+        (
+            json!([{"type": "Stalled", "status": "True", "reason": "Broken", "message": "disk full"}]),
+            ("False", "Unhealthy"),
+            "Widget {ns}/{name}: Broken: disk full",
+        ),
+        (
+            json!([{"type": "Ready", "status": "True", "reason": "Done", "message": ""}]),
+            ("True", "Ready"),
+            "",
+        ),
+    ];
+    for (conditions, ready, says) in steps {
+        let status = json!({"status": {"conditions": conditions}});
+        let started = std::time::Instant::now();
+        widgets
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("the widget's status");
+        let status = bed.ready_is(&api, &name, ready).await;
+        println!("{ready:?} after {:?}", started.elapsed());
+        let says = says
+            .replace("{ns}", &bed.namespace)
+            .replace("{name}", &name);
+        assert!(
+            reason_of(&status, "Ready").ends_with(&says),
+            "{ready:?} says {says:?}: {status}"
+        );
+    }
 }

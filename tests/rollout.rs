@@ -25,8 +25,8 @@ struct Chart {
     kind: &'static str,
     plural: &'static str,
     version: &'static str,
-    /// The definition's `spec.permissions`, when it has one.
-    permissions: Option<Value>,
+    /// More of the definition's spec: `permissions`, `health`.
+    more: Value,
 }
 
 impl Chart {
@@ -37,7 +37,7 @@ impl Chart {
             kind: "Plain",
             plural: "plains",
             version: "v0-1-0",
-            permissions: None,
+            more: json!({}),
         }
     }
 }
@@ -85,8 +85,8 @@ impl Rollout {
             "names": {"group": &group, "kind": chart.kind},
             "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
         });
-        if let Some(permissions) = chart.permissions {
-            spec["permissions"] = permissions;
+        for (key, value) in chart.more.as_object().into_iter().flatten() {
+            spec[key] = value.clone();
         }
         support::health_ignored_unless_asked(&mut spec);
         let definition: CompositionDefinition = serde_json::from_value(json!({
@@ -723,7 +723,7 @@ async fn a_tenant_gets_cert_manager_in_a_namespace_of_its_own_on_every_cluster()
         kind: "Tenant",
         plural: "tenants",
         version: "v1-19-1",
-        permissions: None,
+        more: json!({}),
     };
     let rollout = Rollout::of(&remote, tenants).await;
     let acme = support::unique("acme");
@@ -774,7 +774,7 @@ fn cluster_role_chart() -> Chart {
         kind: "Roles",
         plural: "roles",
         version: "v0-1-0",
-        permissions: Some(json!({"templatesInValues": true})),
+        more: json!({"permissions": {"templatesInValues": true}}),
     }
 }
 
@@ -848,4 +848,53 @@ async fn on_a_registered_cluster_values_widen_no_role_and_a_render_reads_nothing
         let rendered = maps.get(&format!("{probe}-note")).await.unwrap();
         assert_eq!(rendered.data.unwrap()["note"], "absent");
     }
+}
+
+/// A release on a registered cluster is as healthy as its objects there say: the composition
+/// names the cluster, counts it out, and is Ready again once the object is.
+#[tokio::test]
+async fn a_release_on_a_registered_cluster_is_as_healthy_as_its_objects_there() {
+    let (url, widgets) = support::charts::widget_chart();
+    let remote = Remote::up();
+    let chart = Chart {
+        source: json!({"url": url}),
+        kind: "Gizmo",
+        plural: "gizmos",
+        version: "v0-1-0",
+        more: json!({"health": {"mode": "Wait"}}),
+    };
+    let rollout = Rollout::of(&remote, chart).await;
+    let name = support::unique("gizmo");
+    rollout.create(&name, json!({})).await;
+    rollout
+        .wait(&name, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
+
+    let on_edge = Api::<DynamicObject>::namespaced_with(rollout.remote.clone(), &name, &widgets);
+    let stalled = json!({"status": {"conditions": [
+        {"type": "Stalled", "status": "True", "reason": "Broken", "message": "disk full"}]}});
+    on_edge
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&stalled))
+        .await
+        .expect("the widget's status on the registered cluster");
+    let unhealthy = |s: &Value| find_condition_in(s, "Ready")["reason"] == "Unhealthy";
+    let status = rollout.wait(&name, "Unhealthy", unhealthy).await;
+    let ready = find_condition_in(&status, "Ready");
+    assert_eq!(
+        ready["message"],
+        format!("cluster {EDGE}: Widget {name}/{name}: Broken: disk full"),
+        "{status}"
+    );
+    assert_eq!(status["readyClusters"], "1/2", "{status}");
+
+    let fixed = json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "Done", "message": "ok"}]}});
+    on_edge
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&fixed))
+        .await
+        .expect("the widget recovers");
+    let status = rollout
+        .wait(&name, "Ready again", all_ready(&[EDGE, "local"]))
+        .await;
+    assert_eq!(status["readyClusters"], "2/2", "{status}");
 }

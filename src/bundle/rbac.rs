@@ -101,26 +101,26 @@ impl Permissions {
         });
         if self.watch_everywhere {
             rules.extend(self.everywhere_watch_rules());
-            if self.runs_pods() {
+            if !self.pod_namespaces().is_empty() {
                 rules.push(rule("", ["pods".to_string()], &["list", "watch"]));
             }
         }
         rules
     }
 
-    /// Whether the chart writes workloads, whose Pods say why they do not come up: the
-    /// controller then lists and watches Pods where the releases write, to judge their health.
-    fn runs_pods(&self) -> bool {
-        let written = self.footprint.namespaces.values().flat_map(|n| &n.kinds);
-        written.into_iter().any(|kind| {
-            let workload = match kind.group.as_str() {
-                "apps" => ["deployments", "statefulsets", "daemonsets", "replicasets"]
-                    .contains(&kind.plural.as_str()),
-                "batch" => kind.plural == "jobs",
-                _ => false,
-            };
-            workload && kind.namespaced
-        })
+    /// The namespaces where the releases write workloads, whose Pods say why they do not come
+    /// up: the controller lists and watches Pods there, to judge their health.
+    fn pod_namespaces(&self) -> BTreeSet<String> {
+        let workloads = self
+            .footprint
+            .namespaces
+            .iter()
+            .filter(|(_, used)| used.kinds.iter().any(runs_pods));
+        let patterns: Vec<&String> = workloads.map(|(pattern, _)| pattern).collect();
+        self.releases
+            .iter()
+            .flat_map(|place| patterns.iter().map(|pattern| place.fill(pattern)))
+            .collect()
     }
 
     /// `list` and `watch` in every namespace of each namespaced kind the chart writes, one rule
@@ -250,14 +250,12 @@ impl Permissions {
     /// `watch`), to judge their health.
     fn own_reads(&self) -> BTreeMap<String, Vec<PolicyRule>> {
         let mut by_namespace = self.reference_rules();
-        if self.runs_pods() {
-            let pods = rule("", ["pods".to_string()], &["list", "watch"]);
-            for namespace in self.writers().into_keys() {
-                by_namespace
-                    .entry(namespace)
-                    .or_default()
-                    .push(pods.clone());
-            }
+        let pods = rule("", ["pods".to_string()], &["list", "watch"]);
+        for namespace in self.pod_namespaces() {
+            by_namespace
+                .entry(namespace)
+                .or_default()
+                .push(pods.clone());
         }
         by_namespace
     }
@@ -279,6 +277,17 @@ impl Permissions {
             }
         }
         by_namespace
+    }
+}
+
+/// Whether objects of `kind` run Pods of their own: Deployments, StatefulSets, DaemonSets,
+/// ReplicaSets and Jobs.
+fn runs_pods(kind: &ResolvedKind) -> bool {
+    let plural = kind.plural.as_str();
+    match kind.group.as_str() {
+        "apps" => ["deployments", "statefulsets", "daemonsets", "replicasets"].contains(&plural),
+        "batch" => plural == "jobs",
+        _ => false,
     }
 }
 

@@ -428,6 +428,18 @@ fn references_in_other_namespaces_are_read_there_by_name_and_the_controller_is_t
         json!({"shared": [get("secrets", "registry")], "team-a": [pods], "team-b": [pods]}),
         "the chart's Deployment runs Pods in each release namespace, which the controller watches"
     );
+    controller.permissions.footprint.namespaces.insert(
+        "kube-system".into(),
+        NamespaceUse {
+            kinds: [kind("coordination.k8s.io", "leases", true)].into(),
+            ..NamespaceUse::default()
+        },
+    );
+    let namespaced = controller.permissions.controller_namespace_rules("demo");
+    assert!(
+        !namespaced.contains_key("kube-system"),
+        "no Pods are read where the chart writes no workload: {namespaced:?}"
+    );
     let own = serde_json::to_value(
         controller
             .permissions

@@ -118,3 +118,47 @@ pub fn with_values_templates<'a>(files: &[(&'a str, &'a str)]) -> Vec<(String, &
     }
     out
 }
+
+/// A chart with a CRD of its own, `widgets` of a group unique to it with a status subresource,
+/// and one Widget named after the release; published, its URL and the Widgets' resource.
+pub fn widget_chart() -> (String, kube::core::ApiResource) {
+    let name = super::unique("widgets");
+    let group = format!("{name}.health.compositor.dev");
+    let crd = format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.{group}}}
+spec:
+  group: {group}
+  names: {{kind: Widget, plural: widgets, singular: widget}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#
+    );
+    let widget = format!(
+        "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: '{{{{ .Release.Name }}}}'}}\nspec: {{size: 1}}\n"
+    );
+    let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    let url = super::publish_chart(
+        &name,
+        &[
+            ("Chart.yaml", &chart),
+            ("values.yaml", "{}\n"),
+            ("crds/widgets.yaml", &crd),
+            ("templates/widget.yaml", &widget),
+        ],
+    );
+    let gvk = kube::core::GroupVersionKind::gvk(&group, "v1", "Widget");
+    (
+        url,
+        kube::core::ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    )
+}

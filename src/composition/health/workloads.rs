@@ -19,14 +19,20 @@ pub(super) fn deployment(spec: &Value, status: &Value) -> Health {
     let updated = count(&status["updatedReplicas"], 0);
     let available = count(&status["availableReplicas"], 0);
     let ready = count(&status["readyReplicas"], 0);
+    // Why replicas are missing, when its ReplicaSet cannot create them (a quota, an admission
+    // refusal): the counts alone would not say.
+    let failure = condition(status, "ReplicaFailure").filter(|c| c["status"] == "True");
+    let why = failure
+        .map(|c| format!("; {}", said(c)))
+        .unwrap_or_default();
     if wanted > updated {
-        return Health::InProgress(format!("{updated}/{wanted} updated"));
+        return Health::InProgress(format!("{updated}/{wanted} updated{why}"));
     }
     if replicas > wanted {
         return Health::InProgress(format!("{} old replicas terminating", replicas - wanted));
     }
     if wanted > available {
-        return Health::InProgress(format!("{available}/{wanted} available"));
+        return Health::InProgress(format!("{available}/{wanted} available{why}"));
     }
     if wanted > ready {
         return Health::InProgress(format!("{ready}/{wanted} ready"));
