@@ -18,24 +18,25 @@ mod corrections;
 mod fields;
 mod own_writes;
 mod seen;
+mod start;
+mod stream;
 mod watches;
 
 pub(super) use corrections::Corrections;
+pub(super) use start::{judge_now, watch};
 pub(super) use watches::{Reads, Watched, Watches};
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::Error;
 use super::inputs::TargetRelease;
-use super::placement::Target;
 use super::reach::Reach;
-use super::{Context, Error};
 use crate::api::{ClusterStatus, DRIFT_ANNOTATION, DriftMode, DriftSpec, ResourceRef};
 use crate::bundle::TypeRef;
 use crate::helm::{self, RenderedDocument, parse_documents};
@@ -300,117 +301,6 @@ pub(super) fn with_lines(
     }
     let entry = entry.or_else(|| recorded.cloned())?;
     Some(ClusterStatus { drifted, ..entry })
-}
-
-/// Watches what the release on `target` keeps (`resources`) for drift and, when `health` is
-/// judged, the status of what has one and the Pods of its workloads, through `reach`; a
-/// namespaced kind across the cluster only when `everywhere` may be granted (the definition
-/// asks for it, or the cluster is a registered one, whose Secret's identity decides).
-pub(super) async fn watch(
-    context: &Context,
-    (reach, target): (&Reach, &Target),
-    composition: &DynamicObject,
-    resources: &[ResourceRef],
-    (everywhere, health): (bool, bool),
-) {
-    let mut objects = Vec::new();
-    let mut pods_in = BTreeSet::new();
-    for object in resources {
-        let (resource, namespace) = match resource_of(reach, object, &target.namespace).await {
-            Ok(found) => found,
-            Err(error) => {
-                let error = crate::runtime::error_message(&error);
-                tracing::debug!(object = %object.name, %error, "not watched");
-                continue;
-            }
-        };
-        let reads = match health {
-            true => Reads::of(&resource),
-            false => Reads::Metadata,
-        };
-        if health && super::health::runs_pods(&resource.group, &resource.kind) {
-            pods_in.extend(namespace.clone());
-        }
-        let watched = match namespace {
-            None => Watched::Object(object.name.clone()),
-            Some(namespace) if everywhere => {
-                watched(context, (reach, target), (&resource, reads), namespace).await
-            }
-            Some(namespace) => Watched::Namespace(namespace),
-        };
-        objects.push((resource, watched, reads));
-    }
-    let pods = ApiResource::erase::<Pod>(&());
-    for namespace in pods_in {
-        let watched = match everywhere {
-            true => watched(context, (reach, target), (&pods, Reads::Pods), namespace).await,
-            false => Watched::Namespace(namespace),
-        };
-        objects.push((pods.clone(), watched, Reads::Pods));
-    }
-    let key = (
-        composition.namespace().unwrap_or_default(),
-        composition.name_any(),
-    );
-    let release = (target.namespace.as_str(), target.release.as_str());
-    context
-        .drift
-        .watch(&target.cluster, &reach.config, release, key, objects)
-        .await;
-}
-
-/// How an object of the namespaced `resource` in `namespace` is watched (reading `reads`): as
-/// it is already; else across the cluster where the controller may list and watch the kind so
-/// (asked only then, so a resync asks nothing), else in its namespace.
-async fn watched(
-    context: &Context,
-    (reach, target): (&Reach, &Target),
-    (resource, reads): (&ApiResource, Reads),
-    namespace: String,
-) -> Watched {
-    if let Some(watched) = context
-        .drift
-        .watching(&target.cluster, resource, &namespace, reads)
-    {
-        return watched;
-    }
-    match reach
-        .kinds
-        .watchable_everywhere(&reach.client, resource)
-        .await
-    {
-        true => Watched::Everywhere,
-        false => Watched::Namespace(namespace),
-    }
-}
-
-/// Reads the objects of the release on `target` whose status says how they are doing
-/// (`resources`), so that its health after a Helm write is judged from what is there now, not
-/// from watch events still on their way; one that cannot be read is left to its watch.
-pub(super) async fn judge_now(
-    context: &Context,
-    reach: &Reach,
-    target: &Target,
-    resources: &[ResourceRef],
-) {
-    let mut objects = Vec::new();
-    for object in resources {
-        let Ok((resource, namespace)) = resource_of(reach, object, &target.namespace).await else {
-            continue;
-        };
-        if Reads::of(&resource) != Reads::Status {
-            continue;
-        }
-        let api = api(&reach.client, &resource, namespace.as_deref());
-        if let Ok(Some(mut found)) = api.get_opt(&object.name).await {
-            found.types = Some(kube::core::TypeMeta {
-                api_version: resource.api_version.clone(),
-                kind: resource.kind.clone(),
-            });
-            objects.push(found);
-        }
-    }
-    context.drift.judged(&target.cluster, &objects);
 }
 
 /// The objects of `resources` that are not there; a namespaced one without a namespace is

@@ -21,23 +21,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
-use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::watcher::{self, Event, watcher};
-use kube::runtime::{WatchStreamExt, reflector::ObjectRef};
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{mpsc, oneshot};
 
-use super::connections::{Connections, Lease};
+use super::connections::Connections;
 use super::own_writes::OwnWrites;
-use super::seen::{Seen, Signatures};
+use super::seen::Seen;
+use super::stream;
 use crate::api::ResourceRef;
 use crate::composition::cached::Cached;
 use crate::composition::health::{self, ReleaseKey};
 use crate::runtime::Metrics;
-
-/// The label Helm puts on every object it applies.
-const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
 
 /// A release's key, held once however many watches serve it: a watch across a cluster serves
 /// every release there.
@@ -47,13 +42,13 @@ type CompositionKey = (String, String);
 
 /// One watch: the cluster, the kind's resource, and where it looks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct WatchKey {
-    cluster: String,
+pub(super) struct WatchKey {
+    pub cluster: String,
     group: String,
     version: String,
     plural: String,
-    watched: Watched,
-    reads: Reads,
+    pub watched: Watched,
+    pub reads: Reads,
 }
 
 impl WatchKey {
@@ -118,17 +113,17 @@ struct Running {
 }
 
 /// What the watch tasks share with the reconciles.
-struct Shared {
+pub(super) struct Shared {
     /// Whose each release is.
-    releases: Mutex<HashMap<SharedKey, CompositionKey>>,
+    pub releases: Mutex<HashMap<SharedKey, CompositionKey>>,
     /// Objects to look at, per composition and cluster.
-    suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
+    pub suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
     /// Asks the controller to reconcile a composition.
-    trigger: mpsc::UnboundedSender<CompositionKey>,
+    pub trigger: mpsc::UnboundedSender<CompositionKey>,
     /// The controller's own corrections, whose events are no drift.
-    own_writes: OwnWrites<(ApiResource, Seen)>,
+    pub own_writes: OwnWrites<(ApiResource, Seen)>,
     /// How each release is doing, by what is not healthy of it.
-    health: health::View,
+    pub health: health::View,
 }
 
 impl Watches {
@@ -244,7 +239,7 @@ impl Watches {
             let (ready, started) = oneshot::channel();
             listed.push(started);
             let shared = self.shared.clone();
-            let task = tokio::spawn(run(shared, lease, resource, key.clone(), ready));
+            let task = tokio::spawn(stream::run(shared, lease, resource, key.clone(), ready));
             let releases = HashSet::from([release.clone()]);
             let task = task.abort_handle();
             running.insert(key, Running { task, releases });
@@ -323,6 +318,9 @@ impl Watches {
     }
 }
 
+/// How long a release waits for its new watches' first list.
+const WATCH_START: Duration = Duration::from_secs(5);
+
 impl Drop for Watches {
     fn drop(&mut self) {
         for watch in lock(&self.running).values() {
@@ -331,271 +329,7 @@ impl Drop for Watches {
     }
 }
 
-/// Objects per page when a watch lists what is there.
-const LIST_PAGE: u32 = 50;
-
-/// How long a release waits for its new watches' first list.
-const WATCH_START: Duration = Duration::from_secs(5);
-
-/// One watch, until the controller stops: suspects from what changes, and the health of what
-/// it judges. `ready` is told when it has listed what is there. Its `lease` of a connection is
-/// given back when it stops.
-async fn run(
-    shared: Arc<Shared>,
-    lease: Lease,
-    resource: ApiResource,
-    key: WatchKey,
-    ready: oneshot::Sender<()>,
-) {
-    let client = lease.client.clone();
-    let namespace = match &key.watched {
-        Watched::Namespace(namespace) => Some(namespace.as_str()),
-        Watched::Everywhere | Watched::Object(_) => None,
-    };
-    // Small pages: a page's response, parsed managed fields and all, is held whole while it is
-    // read, and what it leaves freed between longer-lived allocations stays with the process.
-    let mut config = watcher::Config::default().page_size(LIST_PAGE);
-    if key.reads != Reads::Pods {
-        config = config.labels(HELM_LABEL);
-    }
-    if let Watched::Object(name) = &key.watched {
-        config = config.fields(&format!("metadata.name={name}"));
-    }
-    let cluster = key.cluster.as_str();
-    match key.reads {
-        Reads::Metadata => {
-            let api = api::<PartialObjectMeta<DynamicObject>>(client, &resource, namespace);
-            let events = watcher(api, config).default_backoff();
-            let drift = Drift::new(&shared, &key, &resource);
-            follow(events, ready, drift, |_| {}, |object| object.metadata).await;
-        }
-        Reads::Status => {
-            let api = api::<DynamicObject>(client, &resource, namespace);
-            let events = watcher(api, config).default_backoff();
-            let drift = Drift::new(&shared, &key, &resource);
-            let mut relisted = None;
-            let judge =
-                |event: &Event<DynamicObject>| shared.judge(&key, &resource, event, &mut relisted);
-            follow(events, ready, drift, judge, |object| object.metadata).await;
-        }
-        Reads::Pods => {
-            let api = api::<DynamicObject>(client, &resource, namespace);
-            let events = watcher(api, config).default_backoff();
-            let mut relisted = None;
-            let judge = |event: &Event<DynamicObject>| {
-                shared.judge_pods(cluster, namespace, event, &mut relisted)
-            };
-            follow(events, ready, Drift::none(), judge, |object| {
-                object.metadata
-            })
-            .await;
-        }
-    }
-    drop(lease);
-}
-
-/// Follows a watch's `events`: each is judged (`judge`), then its metadata (`metadata`) goes
-/// to `drift`; `ready` is told when the first list is done.
-async fn follow<K>(
-    events: impl futures::Stream<Item = Result<Event<K>, watcher::Error>>,
-    ready: oneshot::Sender<()>,
-    mut drift: Drift<'_>,
-    mut judge: impl FnMut(&Event<K>),
-    metadata: impl Fn(K) -> ObjectMeta,
-) {
-    let mut ready = Some(ready);
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            // The watch backs off and tries again; a forbidden one stops with its release.
-            Err(error) => {
-                tracing::debug!(watch = ?drift.key, %error, "watch of a release's objects failed");
-                continue;
-            }
-        };
-        judge(&event);
-        if matches!(event, Event::InitDone)
-            && let Some(ready) = ready.take()
-        {
-            let _ = ready.send(());
-        }
-        drift.saw(map_event(event, &metadata));
-    }
-}
-
-/// What a watch tells drift: the objects whose owners changed, or that are gone.
-struct Drift<'a> {
-    /// `None` for a watch drift does not read.
-    of: Option<(&'a Shared, &'a ApiResource)>,
-    key: Option<&'a WatchKey>,
-    seen: Signatures,
-}
-
-impl<'a> Drift<'a> {
-    fn new(shared: &'a Shared, key: &'a WatchKey, resource: &'a ApiResource) -> Drift<'a> {
-        Drift {
-            of: Some((shared, resource)),
-            key: Some(key),
-            seen: Signatures::default(),
-        }
-    }
-
-    fn none() -> Drift<'a> {
-        Drift {
-            of: None,
-            key: None,
-            seen: Signatures::default(),
-        }
-    }
-
-    fn saw(&mut self, event: Event<ObjectMeta>) {
-        let (Some((shared, resource)), Some(key)) = (self.of, self.key) else {
-            return;
-        };
-        for object in self.seen.changes(event) {
-            let (uid, version) = (object.uid.clone(), object.version.clone());
-            let change = (resource.clone(), object);
-            let told = shared
-                .own_writes
-                .filter(&key.cluster, &uid, &version, change);
-            if let Some((resource, object)) = told {
-                shared.suspect(&key.cluster, &resource, object);
-            }
-        }
-    }
-}
-
-/// `event` with `f` applied to each object it carries.
-fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
-    match event {
-        Event::Init => Event::Init,
-        Event::InitApply(object) => Event::InitApply(f(object)),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(object) => Event::Apply(f(object)),
-        Event::Delete(object) => Event::Delete(f(object)),
-    }
-}
-
-fn api<K>(client: kube::Client, resource: &ApiResource, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced_with(client, namespace, resource),
-        None => Api::all_with(client, resource),
-    }
-}
-
-impl Shared {
-    /// Judges the object `event` of the watch `key` of `resource` carries, and after a relist
-    /// (`relisted`, the UIDs it showed) forgets the objects it did not show; a release whose
-    /// health that changes is reconciled.
-    fn judge(
-        &self,
-        key: &WatchKey,
-        resource: &ApiResource,
-        event: &Event<DynamicObject>,
-        relisted: &mut Option<HashSet<String>>,
-    ) {
-        let cluster = key.cluster.as_str();
-        let changed = match event {
-            Event::Init => {
-                *relisted = Some(HashSet::new());
-                Vec::new()
-            }
-            Event::InitApply(object) | Event::Apply(object) => {
-                if let Some(relisted) = relisted {
-                    relisted.insert(object.metadata.uid.clone().unwrap_or_default());
-                }
-                self.health.saw(cluster, object).into_iter().collect()
-            }
-            Event::Delete(object) => {
-                let uid = object.metadata.uid.as_deref().unwrap_or_default();
-                self.health.gone(cluster, uid).into_iter().collect()
-            }
-            Event::InitDone => {
-                let relisted = relisted.take().unwrap_or_default();
-                let kind = format!("{}/{}", resource.group, resource.kind);
-                let scope = |namespace: Option<&str>, name: &str| match &key.watched {
-                    Watched::Everywhere => true,
-                    Watched::Namespace(watched) => namespace == Some(watched.as_str()),
-                    Watched::Object(watched) => name == watched,
-                };
-                self.health.relisted(cluster, &kind, scope, &relisted)
-            }
-        };
-        for release in changed {
-            self.wake(&release);
-        }
-    }
-
-    /// Judges the Pod `event` carries, and after a relist (`relisted`, the UIDs it showed)
-    /// forgets the Pods it did not show; the releases whose workloads that changes are
-    /// reconciled.
-    fn judge_pods(
-        &self,
-        cluster: &str,
-        namespace: Option<&str>,
-        event: &Event<DynamicObject>,
-        relisted: &mut Option<HashSet<String>>,
-    ) {
-        let changed = match event {
-            Event::Init => {
-                *relisted = Some(HashSet::new());
-                Vec::new()
-            }
-            Event::InitApply(pod) | Event::Apply(pod) => {
-                if let Some(relisted) = relisted {
-                    relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
-                }
-                self.health.pod(cluster, pod)
-            }
-            Event::Delete(pod) => {
-                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                self.health.pod_gone(cluster, uid)
-            }
-            Event::InitDone => {
-                let relisted = relisted.take().unwrap_or_default();
-                self.health.pods_relisted(cluster, namespace, &relisted)
-            }
-        };
-        for release in changed {
-            self.wake(&release);
-        }
-    }
-
-    /// Reconciles the composition of `release`, if it is one of this controller's.
-    fn wake(&self, release: &ReleaseKey) {
-        if let Some(composition) = lock(&self.releases).get(release).cloned() {
-            let _ = self.trigger.send(composition);
-        }
-    }
-
-    /// `object` (changed or deleted) is a suspect of the composition whose release it is.
-    fn suspect(&self, cluster: &str, resource: &ApiResource, object: Seen) {
-        let Some((release_namespace, release)) = object.release else {
-            return;
-        };
-        let key = (cluster.to_string(), release_namespace, release);
-        let Some(composition) = lock(&self.releases).get(&key).cloned() else {
-            return;
-        };
-        let suspect = ResourceRef {
-            api_version: resource.api_version.clone(),
-            kind: resource.kind.clone(),
-            namespace: object.namespace,
-            name: object.name,
-        };
-        lock(&self.suspects)
-            .entry((composition.clone(), cluster.to_string()))
-            .or_default()
-            .insert(suspect);
-        let _ = self.trigger.send(composition);
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
