@@ -30,14 +30,16 @@ struct Chart {
 }
 
 impl Chart {
-    /// The test chart `plain` 0.1.0: one ConfigMap `<release>-plain` with `message`.
+    /// The test chart `plain` 0.1.0: one ConfigMap `<release>-plain` with `message`. Its
+    /// compositions wait for health, as the definition's default has them: what a ConfigMap
+    /// runs is healthy at once, and waiting for it costs nothing when idle.
     fn plain() -> Chart {
         Chart {
             source: json!({"url": format!("{}/plain-0.1.0.tgz", support::env("COMPOSITOR_TEST_REPO_URL"))}),
             kind: "Plain",
             plural: "plains",
             version: "v0-1-0",
-            more: json!({}),
+            more: json!({"health": {"mode": "Wait"}}),
         }
     }
 }

@@ -24,7 +24,8 @@ mod watches;
 
 pub(super) use corrections::Corrections;
 pub(super) use start::{judge_now, watch};
-pub(super) use watches::{Reads, Watched, Watches};
+pub(super) use stream::{Reads, Watched};
+pub(super) use watches::Watches;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -2,8 +2,8 @@
 //! stops: what it reads ([`Reads`]), what it tells drift (owners changed, objects gone), and,
 //! for the kinds with a status and for Pods, the health it judges as each event goes by.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -11,16 +11,97 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::connections::Lease;
+use super::own_writes::OwnWrites;
 use super::seen::{Seen, Signatures};
-use super::watches::{Reads, Shared, WatchKey, Watched, lock};
 use crate::api::ResourceRef;
-use crate::composition::health::ReleaseKey;
+use crate::composition::health::{self, ReleaseKey};
 
 /// The label Helm puts on every object it applies.
 const HELM_LABEL: &str = "app.kubernetes.io/managed-by=Helm";
+
+/// A release's key, held once however many watches serve it: a watch across a cluster serves
+/// every release there.
+pub(super) type SharedKey = Arc<ReleaseKey>;
+/// A composition: (namespace, name).
+pub(super) type CompositionKey = (String, String);
+
+/// One watch: the cluster, the kind's resource, and where it looks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct WatchKey {
+    pub cluster: String,
+    group: String,
+    version: String,
+    plural: String,
+    pub watched: Watched,
+    pub reads: Reads,
+}
+
+impl WatchKey {
+    pub(super) fn new(
+        cluster: &str,
+        resource: &ApiResource,
+        (watched, reads): (Watched, Reads),
+    ) -> WatchKey {
+        WatchKey {
+            cluster: cluster.to_string(),
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            watched,
+            reads,
+        }
+    }
+}
+
+/// What one watch reads of the objects it sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(in crate::composition) enum Reads {
+    /// The metadata of the releases' objects: who owns which field.
+    Metadata,
+    /// The releases' objects whole: their metadata, and their status for their health.
+    Status,
+    /// Every Pod, the releases' or not: the Pods of the releases' workloads say why those do
+    /// not come up.
+    Pods,
+}
+
+impl Reads {
+    /// What a watch of the objects a release renders of `resource` reads.
+    pub(in crate::composition) fn of(resource: &ApiResource) -> Reads {
+        match health::judged(&resource.group, &resource.kind) {
+            true => Reads::Status,
+            false => Reads::Metadata,
+        }
+    }
+}
+
+/// Where one watch looks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::composition) enum Watched {
+    /// Every namespace, one watch for all releases on the cluster.
+    Everywhere,
+    /// One namespace.
+    Namespace(String),
+    /// One cluster-scoped object, by name.
+    Object(String),
+}
+
+/// What the watch tasks share with the reconciles.
+pub(super) struct Shared {
+    /// Whose each release is.
+    pub releases: Mutex<HashMap<SharedKey, CompositionKey>>,
+    /// Objects to look at, per composition and cluster.
+    pub suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
+    /// Asks the controller to reconcile a composition.
+    pub trigger: mpsc::UnboundedSender<CompositionKey>,
+    /// The controller's own corrections, whose events are no drift.
+    pub own_writes: OwnWrites<(ApiResource, Seen)>,
+    /// How each release is doing, by what is not healthy of it.
+    pub health: health::View,
+}
 
 /// Objects per page when a watch lists what is there.
 const LIST_PAGE: u32 = 50;
@@ -278,4 +359,10 @@ impl Shared {
             .insert(suspect);
         let _ = self.trigger.send(composition);
     }
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -27,75 +27,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::connections::Connections;
 use super::own_writes::OwnWrites;
-use super::seen::Seen;
-use super::stream;
+use super::stream::{self, CompositionKey, Reads, Shared, SharedKey, WatchKey, Watched, lock};
 use crate::api::ResourceRef;
 use crate::composition::cached::Cached;
-use crate::composition::health::{self, ReleaseKey};
+use crate::composition::health;
 use crate::runtime::Metrics;
-
-/// A release's key, held once however many watches serve it: a watch across a cluster serves
-/// every release there.
-type SharedKey = Arc<ReleaseKey>;
-/// A composition: (namespace, name).
-type CompositionKey = (String, String);
-
-/// One watch: the cluster, the kind's resource, and where it looks.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct WatchKey {
-    pub cluster: String,
-    group: String,
-    version: String,
-    plural: String,
-    pub watched: Watched,
-    pub reads: Reads,
-}
-
-impl WatchKey {
-    fn new(cluster: &str, resource: &ApiResource, (watched, reads): (Watched, Reads)) -> WatchKey {
-        WatchKey {
-            cluster: cluster.to_string(),
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            plural: resource.plural.clone(),
-            watched,
-            reads,
-        }
-    }
-}
-
-/// What one watch reads of the objects it sees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(in crate::composition) enum Reads {
-    /// The metadata of the releases' objects: who owns which field.
-    Metadata,
-    /// The releases' objects whole: their metadata, and their status for their health.
-    Status,
-    /// Every Pod, the releases' or not: the Pods of the releases' workloads say why those do
-    /// not come up.
-    Pods,
-}
-
-impl Reads {
-    /// What a watch of the objects a release renders of `resource` reads.
-    pub(in crate::composition) fn of(resource: &ApiResource) -> Reads {
-        match health::judged(&resource.group, &resource.kind) {
-            true => Reads::Status,
-            false => Reads::Metadata,
-        }
-    }
-}
-
-/// Where one watch looks.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(in crate::composition) enum Watched {
-    /// Every namespace, one watch for all releases on the cluster.
-    Everywhere,
-    /// One namespace.
-    Namespace(String),
-    /// One cluster-scoped object, by name.
-    Object(String),
-}
 
 /// The drift watches of one controller, and what they found.
 pub(in crate::composition) struct Watches {
@@ -110,20 +46,6 @@ pub(in crate::composition) struct Watches {
 struct Running {
     task: tokio::task::AbortHandle,
     releases: HashSet<SharedKey>,
-}
-
-/// What the watch tasks share with the reconciles.
-pub(super) struct Shared {
-    /// Whose each release is.
-    pub releases: Mutex<HashMap<SharedKey, CompositionKey>>,
-    /// Objects to look at, per composition and cluster.
-    pub suspects: Mutex<HashMap<(CompositionKey, String), BTreeSet<ResourceRef>>>,
-    /// Asks the controller to reconcile a composition.
-    pub trigger: mpsc::UnboundedSender<CompositionKey>,
-    /// The controller's own corrections, whose events are no drift.
-    pub own_writes: OwnWrites<(ApiResource, Seen)>,
-    /// How each release is doing, by what is not healthy of it.
-    pub health: health::View,
 }
 
 impl Watches {
@@ -327,12 +249,6 @@ impl Drop for Watches {
             watch.task.abort();
         }
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn receiver_stream<T: Send + 'static>(
