@@ -316,49 +316,142 @@ async fn a_stateful_set_is_ready_once_its_pod_is() {
 }
 
 /// Without a node too: an object of a chart's own kind is as healthy as its conditions say,
-/// and the composition follows each change of them within a second or two.
+/// or as the definition's CEL check of its kind says once there is one (a check that does not
+/// compile refuses the definition, in the compiler's words); the composition follows each
+/// change within a second or two.
 #[tokio::test]
-async fn a_custom_object_is_as_healthy_as_its_conditions_say() {
-    let (url, widgets) = support::charts::widget_chart();
+async fn a_custom_object_is_as_healthy_as_its_conditions_or_its_check_say() {
+    let (url, widget) = support::charts::widget_chart();
     let bed = Bed::of("health-custom", &url).await;
     let name = support::unique("w");
     let api = bed.create(&name, json!({})).await;
     bed.ready_is(&api, &name, ("True", "Ready")).await;
 
     let widgets =
-        Api::<DynamicObject>::namespaced_with(bed.fixture.client.clone(), &bed.namespace, &widgets);
+        Api::<DynamicObject>::namespaced_with(bed.fixture.client.clone(), &bed.namespace, &widget);
+    let conditions = |conditions: Value| json!({"status": {"conditions": conditions}});
     let steps = [
         (
-            json!([{"type": "Ready", "status": "False", "reason": "Warming", "message": "cache cold"}]),
+            conditions(
+                json!([{"type": "Ready", "status": "False", "reason": "Warming", "message": "cache cold"}]),
+            ),
             ("False", "Progressing"),
             "Widget {ns}/{name}: Warming: cache cold",
         ),
         (
-            json!([{"type": "Stalled", "status": "True", "reason": "Broken", "message": "disk full"}]),
+            conditions(
+                json!([{"type": "Stalled", "status": "True", "reason": "Broken", "message": "disk full"}]),
+            ),
             ("False", "Unhealthy"),
             "Widget {ns}/{name}: Broken: disk full",
         ),
         (
-            json!([{"type": "Ready", "status": "True", "reason": "Done", "message": ""}]),
+            conditions(
+                json!([{"type": "Ready", "status": "True", "reason": "Done", "message": ""}]),
+            ),
             ("True", "Ready"),
             "",
         ),
     ];
-    for (conditions, ready, says) in steps {
-        let status = json!({"status": {"conditions": conditions}});
+    for (status, ready, says) in steps {
+        bed.widget_says(&widgets, &api, &name, (status, ready, says))
+            .await;
+    }
+
+    let broken =
+        json!([{"apiVersion": widget.api_version, "kind": "Widget", "ready": "status.phase =="}]);
+    let refused = bed.check_with(broken, "False").await;
+    assert_eq!(refused.reason, "InvalidHealthCheck", "{refused:?}");
+    assert!(
+        refused
+            .message
+            .starts_with("spec.health.checks[0].ready: ERROR: <input>:1:"),
+        "the compiler's words: {refused:?}"
+    );
+
+    let running = "has(status.phase) && status.phase == 'Running'";
+    let broken = "has(status.phase) && status.phase == 'Broken'";
+    let check = json!([{"apiVersion": widget.api_version, "kind": "Widget",
+                        "ready": running, "failed": broken}]);
+    bed.check_with(check, "True").await;
+    let waits = bed.ready_is(&api, &name, ("False", "Progressing")).await;
+    let says = format!(
+        "Widget {}/{name}: `{running}` does not hold yet",
+        bed.namespace
+    );
+    assert!(reason_of(&waits, "Ready").ends_with(&says), "{waits}");
+    let phase = |phase: &str| json!({"status": {"phase": phase}});
+    let steps = [
+        (phase("Running"), ("True", "Ready"), String::new()),
+        (
+            phase("Broken"),
+            ("False", "Unhealthy"),
+            format!("Widget {{ns}}/{{name}}: `{broken}` holds"),
+        ),
+    ];
+    for (status, ready, says) in steps {
+        bed.widget_says(&widgets, &api, &name, (status, ready, &says))
+            .await;
+    }
+}
+
+impl Bed {
+    /// Patches the widget `name`'s `status`, then waits for the composition to read `ready`
+    /// with a message that ends with `says` (`{ns}` and `{name}` filled in).
+    async fn widget_says(
+        &self,
+        widgets: &Api<DynamicObject>,
+        api: &Api<DynamicObject>,
+        name: &str,
+        (status, ready, says): (Value, (&str, &str), &str),
+    ) {
         let started = std::time::Instant::now();
         widgets
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
             .await
             .expect("the widget's status");
-        let status = bed.ready_is(&api, &name, ready).await;
+        let status = self.ready_is(api, name, ready).await;
         println!("{ready:?} after {:?}", started.elapsed());
         let says = says
-            .replace("{ns}", &bed.namespace)
-            .replace("{name}", &name);
+            .replace("{ns}", &self.namespace)
+            .replace("{name}", name);
         assert!(
             reason_of(&status, "Ready").ends_with(&says),
             "{ready:?} says {says:?}: {status}"
         );
+    }
+
+    /// Sets the definition's health `checks`, then waits for its Ready to read `ready`.
+    async fn check_with(
+        &self,
+        checks: Value,
+        ready: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        let definitions = Api::<compositor::api::CompositionDefinition>::namespaced(
+            self.fixture.client.clone(),
+            &self.fixture.namespace,
+        );
+        let name = self.definition.metadata.name.as_deref().unwrap();
+        let patch = json!({"spec": {"health": {"checks": checks}}});
+        definitions
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("the definition's checks");
+        let mut last = None;
+        for _ in 0..120 {
+            let definition = definitions.get(name).await.expect("the definition");
+            let status = definition.status.unwrap_or_default();
+            let generation = definition.metadata.generation;
+            let condition = compositor::api::find_condition(&status.conditions, "Ready");
+            if let Some(condition) = condition
+                && condition.status == ready
+                && condition.observed_generation == generation
+            {
+                return condition.clone();
+            }
+            last = condition.cloned();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("the definition's Ready never {ready}: {last:?}");
     }
 }

@@ -332,14 +332,19 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
 
     // A dead cluster fails only its own entry; a composition placed on local alone converges
     // as it would without it (the times are printed; `make bench` compares them).
+    // A release's health there is then unknown, not the health last seen: the watches that
+    // lose the cluster have the composition reconciled at once, not at the next resync.
     let healthy = rollout.local_only("solo").await;
+    let beta = support::unique("beta");
+    rollout.create(&beta, json!({})).await;
+    rollout
+        .wait(&beta, "Ready on both clusters", all_ready(&[EDGE, "local"]))
+        .await;
     remote.stop_apiserver().await;
     let dead = rollout.local_only("solo").await;
     eprintln!(
         "a local-only composition to Ready: {healthy:?}, with a dead cluster registered: {dead:?}"
     );
-    let beta = support::unique("beta");
-    rollout.create(&beta, json!({})).await;
     let status = rollout
         .wait(&beta, "Ready on local, Failed on edge", |status| {
             phases(status)
@@ -361,6 +366,7 @@ async fn a_composition_rolls_out_to_every_cluster_and_a_dead_one_holds_back_noth
         edge["message"].as_str().unwrap_or_default().contains(EDGE),
         "the failure names the cluster: {edge}"
     );
+    assert_eq!(edge["health"]["state"], "Unknown", "{edge}");
     assert!(installed(&rollout.client, &beta).await.is_some());
 
     // Deleting with the remote down finishes after the bounded attempts, with an event.

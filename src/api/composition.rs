@@ -146,6 +146,8 @@ pub enum HealthState {
     /// An object failed (a container that cannot start, a failed Job), or the release was not
     /// healthy within the definition's timeout.
     Unhealthy,
+    /// The cluster does not answer: how the release is doing is not known there.
+    Unknown,
 }
 
 /// Inputs whose install or upgrade failed for good, and why.

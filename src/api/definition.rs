@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{CaBundleRef, ChartCredentials};
+use super::{CaBundleRef, ChartCredentials, HealthSpec};
 
 /// A Helm chart served as a Kubernetes API: one CRD version per chart version, and one
 /// controller per CRD version that installs the chart for every object of that version.
@@ -292,46 +292,6 @@ pub enum DriftMode {
     /// Say what drifted, in the status and an event, and write nothing.
     Report,
     /// Neither look nor write.
-    Ignore,
-}
-
-/// Whether a composition is Ready only once what its release runs is healthy, and how long
-/// that may take.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct HealthSpec {
-    /// Wait (default) or Ignore.
-    #[serde(default)]
-    pub mode: HealthMode,
-    /// How long a release may take to become healthy after it is written, or after it was last
-    /// healthy, before the composition reads Unhealthy (default 300).
-    #[serde(default = "HealthSpec::default_timeout")]
-    pub timeout_seconds: u32,
-}
-
-impl HealthSpec {
-    fn default_timeout() -> u32 {
-        300
-    }
-}
-
-impl Default for HealthSpec {
-    fn default() -> Self {
-        HealthSpec {
-            mode: HealthMode::default(),
-            timeout_seconds: HealthSpec::default_timeout(),
-        }
-    }
-}
-
-/// Whether the health of what a release runs decides Ready.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum HealthMode {
-    /// Ready once every object the release keeps is healthy: workloads available, Jobs
-    /// complete, claims bound, custom objects Ready.
-    #[default]
-    Wait,
-    /// Ready once Helm has written the release, for charts whose workloads never settle.
     Ignore,
 }
 

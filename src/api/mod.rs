@@ -6,6 +6,7 @@ mod conditions;
 mod contract;
 mod credentials;
 mod definition;
+mod health;
 
 pub use composition::{
     ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState, LOCAL_CLUSTER,
@@ -22,10 +23,10 @@ pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef,
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
-    DriftMode, DriftSpec, DriftWatch, FailedInstall, HealthMode, HealthSpec, Names,
-    NamespaceFootprint, NamespacePlacement, PermissionsSpec, Placement, ResolvedChart,
-    SchemaInference, SchemaOptions, VersionFootprint,
+    DriftMode, DriftSpec, DriftWatch, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
+    PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
 };
+pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;

@@ -17,19 +17,21 @@ use super::placement::Target;
 use super::reach::Reach;
 use super::values::values_of;
 use super::{Context, Error};
-use crate::api::{CompositionDefinition, CompositionDefinitionSpec, SchemaOptions};
+use crate::api::{CompositionDefinition, CompositionDefinitionSpec, HealthSpec, SchemaOptions};
 use crate::chart::values::Enabling;
 use crate::chart::{self, Fetched};
 use crate::schema;
 
 /// This controller's definition, kept by a watch of that one object, so that a reconcile
-/// reads it from memory instead of the API server; and the cluster Secrets it selects, as the
-/// operator publishes them, for the cluster registry.
+/// reads it from memory instead of the API server; the cluster Secrets it selects, as the
+/// operator publishes them, for the cluster registry; and when its health spec changes.
 pub(super) struct DefinitionWatch {
     api: Api<CompositionDefinition>,
     name: String,
     store: Store<CompositionDefinition>,
     selection: tokio::sync::watch::Sender<Option<BTreeSet<String>>>,
+    /// The definition's `spec.health`, as last seen.
+    health: tokio::sync::watch::Sender<Option<HealthSpec>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,6 +42,8 @@ impl DefinitionWatch {
         let (store, writer) = reflector::store();
         let selection = tokio::sync::watch::Sender::new(None);
         let publish = selection.clone();
+        let health = tokio::sync::watch::Sender::new(None);
+        let health_seen = health.clone();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let events = watcher(api.clone(), config)
             .backoff(crate::runtime::watch_backoff())
@@ -57,6 +61,13 @@ impl DefinitionWatch {
                             }
                             changed
                         });
+                        let now = Some(definition.spec.health.clone());
+                        health_seen.send_if_modified(|known| {
+                            let changed = *known != now;
+                            let first = known.is_none();
+                            *known = now;
+                            changed && !first
+                        });
                     }
                     Ok(_) => {}
                     Err(error) => {
@@ -70,6 +81,7 @@ impl DefinitionWatch {
             name: name.to_string(),
             store,
             selection,
+            health,
             task: tokio::spawn(events),
         }
     }
@@ -79,6 +91,17 @@ impl DefinitionWatch {
     /// leaves the last published ones.
     pub(super) fn selection(&self) -> crate::clusters::Selection {
         self.selection.subscribe()
+    }
+
+    /// Yields whenever the definition's `spec.health` changes (not when it is first seen), so
+    /// that every composition is judged by it at once.
+    pub(super) fn health_changes(&self) -> futures::stream::BoxStream<'static, ()> {
+        let changes = self.health.subscribe();
+        futures::stream::unfold(changes, |mut changes| async move {
+            changes.changed().await.ok()?;
+            Some(((), changes))
+        })
+        .boxed()
     }
 
     /// The definition as the watch has it, if it already serves `version`; otherwise (not yet

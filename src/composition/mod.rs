@@ -206,6 +206,9 @@ async fn apply(
         handover::relabel(context, api, object, &refusal.back_to, true, &note).await?;
         return Ok(Action::await_change());
     }
+    if definition.spec.health.mode == HealthMode::Wait {
+        context.drift.use_checks(&definition.spec.health.checks);
+    }
     let mut writer = StatusWriter::new(api, object);
     let result = install(object, definition, context, &mut writer).await;
     writer.finish(context, result).await
@@ -263,8 +266,12 @@ async fn install(
                 judged(context, definition, target, entry, recorded, true, &mut due)
             }
             Err(Failure { error, entry }) => {
-                let entry =
+                let mut entry =
                     entry.unwrap_or_else(|| placement::failed_entry(target, &error, recorded));
+                let waits = definition.spec.health.mode == HealthMode::Wait;
+                if waits && matches!(error, Error::Cluster(_)) {
+                    entry.health = Some(health::unknown());
+                }
                 writer.record_target(Phase::Failed, Some(entry));
                 first_failure.get_or_insert(error);
                 continue;

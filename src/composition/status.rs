@@ -355,7 +355,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::LOCAL_CLUSTER;
+    use crate::api::{LOCAL_CLUSTER, ReleaseHealth, find_condition};
     use crate::composition::HelmStep;
 
     fn types(status: &CompositionStatus) -> Vec<(&str, &str, &str)> {
@@ -435,10 +435,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
-        let entry = |phase, revision| ClusterStatus {
-            name: LOCAL_CLUSTER.into(),
+    fn entry(name: &str, phase: Phase, revision: i64) -> ClusterStatus {
+        ClusterStatus {
+            name: name.into(),
             namespace: "team".into(),
             release: "app".into(),
             revision: Some(revision),
@@ -450,7 +449,12 @@ mod tests {
             drift_unknown: false,
             health: None,
             last_transition_time: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_cluster_entry_keeps_its_transition_time_while_its_phase_holds() {
+        let entry = |phase, revision| entry(LOCAL_CLUSTER, phase, revision);
         let mut status = CompositionStatus::default();
         record_cluster(&mut status, entry(Phase::Ready, 1));
         let first = status.clusters[0].last_transition_time.clone();
@@ -462,5 +466,67 @@ mod tests {
         assert_eq!(status.clusters[0].last_transition_time, first);
         record_cluster(&mut status, entry(Phase::Failed, 2));
         assert_ne!(status.clusters[0].last_transition_time, first);
+    }
+
+    #[test]
+    fn ready_follows_the_health_of_every_cluster_naming_the_first_not_healthy() {
+        let health = |state, message: &str| ReleaseHealth {
+            state,
+            message: message.into(),
+            since: None,
+        };
+        let on = |states: [Option<ReleaseHealth>; 2]| {
+            let mut status = CompositionStatus {
+                phase: Some(Phase::Ready),
+                ..CompositionStatus::default()
+            };
+            for (name, health) in ["a", "b"].into_iter().zip(states) {
+                let entry = ClusterStatus {
+                    health,
+                    ..entry(name, Phase::Ready, 1)
+                };
+                status.clusters.push(entry);
+            }
+            record_health(&mut status, Some(1));
+            status
+        };
+        let message = |status: &CompositionStatus| {
+            let ready = find_condition(&status.conditions, READY).unwrap();
+            ready.message.clone()
+        };
+        let healthy = Some(health(HealthState::Healthy, ""));
+        let status = on([healthy.clone(), None]);
+        assert_eq!(types(&status), [("Ready", "True", "Ready")]);
+        assert_eq!(status.phase, Some(Phase::Ready));
+
+        let waits = Some(health(
+            HealthState::Progressing,
+            "Deployment t/web: 0/2 available",
+        ));
+        let status = on([healthy.clone(), waits.clone()]);
+        assert_eq!(
+            types(&status),
+            [
+                ("Ready", "False", "Progressing"),
+                ("Reconciling", "True", "Progressing")
+            ]
+        );
+        assert_eq!(
+            message(&status),
+            "cluster b: Deployment t/web: 0/2 available"
+        );
+        assert_eq!(status.phase, Some(Phase::Progressing));
+
+        let failed = Some(health(
+            HealthState::Unhealthy,
+            "Job t/migrate: BackoffLimitExceeded",
+        ));
+        let status = on([waits, failed]);
+        assert_eq!(types(&status), [("Ready", "False", "Unhealthy")]);
+        assert_eq!(
+            message(&status),
+            "cluster b: Job t/migrate: BackoffLimitExceeded"
+        );
+        assert_eq!(status.phase, Some(Phase::Failed));
     }
 }

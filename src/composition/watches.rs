@@ -1,6 +1,6 @@
 //! How the controller is driven: one watch of this version's compositions (a reconcile for what
 //! a user can change, none for the controller's own status writes), every composition again
-//! when the registered clusters change, and an error policy that backs off per composition.
+//! when the registered clusters or the definition's health spec change, and an error policy that backs off per composition.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,9 +45,11 @@ pub async fn run(
         futures::future::ready(!echo)
     });
     let clusters_changed = cluster_changes(context.clusters.clone());
+    let health_changed = context.definition.health_changes();
+    let everything = futures::stream::select(clusters_changed, health_changed);
     let drifted = context.drift.triggers(kind.clone());
     let results = Controller::for_stream_with(changes, reader, kind)
-        .reconcile_all_on(clusters_changed)
+        .reconcile_all_on(everything)
         .reconcile_on(drifted)
         .trigger_backoff(crate::runtime::watch_backoff())
         // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes

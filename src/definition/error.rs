@@ -42,6 +42,9 @@ pub enum Error {
         /// Each ClusterRole, its name as a pattern, and why.
         roles: Vec<String>,
     },
+    /// A health check of the definition does not compile.
+    #[error(transparent)]
+    HealthCheck(#[from] crate::api::CheckError),
     /// A republished chart version changes its schema incompatibly.
     #[error("version {version} cannot be updated: {detail}")]
     SchemaConflict {
@@ -108,6 +111,7 @@ impl Error {
             Error::ChartCrdNotAllowed { .. } => (CRD_READY, "ChartCRDNotAllowed"),
             Error::AggregatedRoles { .. } => (CONTROLLER_READY, "AggregatedRoleNotAllowed"),
             Error::SchemaConflict { .. } => (CRD_READY, "SchemaConflict"),
+            Error::HealthCheck(_) => (READY, "InvalidHealthCheck"),
             Error::Waiting(_) => (CRD_READY, "Progressing"),
             Error::CompositionsRemaining(_) => (READY, "DeletingCompositions"),
             Error::Bundle(_) => (CONTROLLER_READY, "InvalidBundle"),
@@ -129,6 +133,7 @@ impl ReconcileError for Error {
             | Error::ChartCrdNotAllowed { .. }
             | Error::AggregatedRoles { .. }
             | Error::SchemaConflict { .. }
+            | Error::HealthCheck(_)
             | Error::Bundle(_) => true,
             _ => false,
         }

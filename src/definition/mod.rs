@@ -40,7 +40,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event;
 
 use crate::api::{
-    CHART_RESOLVED, CONTROLLER_READY, CompositionDefinition, CompositionDefinitionStatus,
+    CHART_RESOLVED, CONTROLLER_READY, Checks, CompositionDefinition, CompositionDefinitionStatus,
     FINALIZER, READY, ResolvedChart, is_paused, set_condition,
 };
 use crate::chart;
@@ -161,6 +161,7 @@ async fn converge(
     context: &Context,
     status: &mut CompositionDefinitionStatus,
 ) -> Result<Action, Error> {
+    Checks::compile(&definition.spec.health.checks)?;
     let fetched = resolve_chart(definition, context, status).await?;
     let footprint = inputs::chart_footprint(context, &fetched).await;
     crds::check_chart_crds(&context.client, &footprint.footprint).await?;

@@ -36,7 +36,7 @@ pub(in crate::composition) async fn watch(
             }
         };
         let reads = match health {
-            true => Reads::of(&resource),
+            true => context.drift.reads(&resource),
             false => Reads::Metadata,
         };
         if health && health::runs_pods(&resource.group, &resource.kind) {
@@ -109,7 +109,7 @@ pub(in crate::composition) async fn judge_now(
         let Ok((resource, namespace)) = resource_of(reach, object, &target.namespace).await else {
             continue;
         };
-        if Reads::of(&resource) != Reads::Status {
+        if context.drift.reads(&resource) != Reads::Status {
             continue;
         }
         let api = api(&reach.client, &resource, namespace.as_deref());

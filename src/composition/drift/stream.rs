@@ -68,16 +68,6 @@ pub(in crate::composition) enum Reads {
     Pods,
 }
 
-impl Reads {
-    /// What a watch of the objects a release renders of `resource` reads.
-    pub(in crate::composition) fn of(resource: &ApiResource) -> Reads {
-        match health::judged(&resource.group, &resource.kind) {
-            true => Reads::Status,
-            false => Reads::Metadata,
-        }
-    }
-}
-
 /// Where one watch looks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(in crate::composition) enum Watched {
@@ -131,12 +121,14 @@ pub(super) async fn run(
         config = config.fields(&format!("metadata.name={name}"));
     }
     let cluster = key.cluster.as_str();
+    let lost = || shared.unanswered(cluster);
     match key.reads {
         Reads::Metadata => {
             let api = api::<PartialObjectMeta<DynamicObject>>(client, &resource, namespace);
             let events = watcher(api, config).default_backoff();
             let drift = Drift::new(&shared, &key, &resource);
-            follow(events, ready, drift, |_| {}, |object| object.metadata).await;
+            let judged = (|_: &Event<_>| {}, lost);
+            follow(events, ready, drift, judged, |object| object.metadata).await;
         }
         Reads::Status => {
             let api = api::<DynamicObject>(client, &resource, namespace);
@@ -145,7 +137,10 @@ pub(super) async fn run(
             let mut relisted = None;
             let judge =
                 |event: &Event<DynamicObject>| shared.judge(&key, &resource, event, &mut relisted);
-            follow(events, ready, drift, judge, |object| object.metadata).await;
+            follow(events, ready, drift, (judge, lost), |object| {
+                object.metadata
+            })
+            .await;
         }
         Reads::Pods => {
             let api = api::<DynamicObject>(client, &resource, namespace);
@@ -154,7 +149,7 @@ pub(super) async fn run(
             let judge = |event: &Event<DynamicObject>| {
                 shared.judge_pods(cluster, namespace, event, &mut relisted)
             };
-            follow(events, ready, Drift::none(), judge, |object| {
+            follow(events, ready, Drift::none(), (judge, lost), |object| {
                 object.metadata
             })
             .await;
@@ -164,15 +159,17 @@ pub(super) async fn run(
 }
 
 /// Follows a watch's `events`: each is judged (`judge`), then its metadata (`metadata`) goes
-/// to `drift`; `ready` is told when the first list is done.
+/// to `drift`; `ready` is told when the first list is done, and `lost` when the cluster stops
+/// answering (once, until it answers again).
 async fn follow<K>(
     events: impl futures::Stream<Item = Result<Event<K>, watcher::Error>>,
     ready: oneshot::Sender<()>,
     mut drift: Drift<'_>,
-    mut judge: impl FnMut(&Event<K>),
+    (mut judge, lost): (impl FnMut(&Event<K>), impl Fn()),
     metadata: impl Fn(K) -> ObjectMeta,
 ) {
     let mut ready = Some(ready);
+    let mut answering = true;
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
         let event = match event {
@@ -180,9 +177,14 @@ async fn follow<K>(
             // The watch backs off and tries again; a forbidden one stops with its release.
             Err(error) => {
                 tracing::debug!(%error, "a watch of the releases' objects failed");
+                if answering && unanswered(&error) {
+                    answering = false;
+                    lost();
+                }
                 continue;
             }
         };
+        answering = true;
         judge(&event);
         if matches!(event, Event::InitDone)
             && let Some(ready) = ready.take()
@@ -190,6 +192,16 @@ async fn follow<K>(
             let _ = ready.send(());
         }
         drift.saw(map_event(event, &metadata));
+    }
+}
+
+/// Whether `error` says that the cluster did not answer, rather than what it answered.
+fn unanswered(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(error)
+        | watcher::Error::WatchStartFailed(error)
+        | watcher::Error::WatchFailed(error) => !matches!(error, kube::Error::Api(_)),
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => false,
     }
 }
 
@@ -328,6 +340,19 @@ impl Shared {
         };
         for release in changed {
             self.wake(&release);
+        }
+    }
+
+    /// `cluster` does not answer a watch: every composition with a release there is reconciled,
+    /// so that its status says so instead of the health last seen.
+    fn unanswered(&self, cluster: &str) {
+        let compositions: HashSet<CompositionKey> = lock(&self.releases)
+            .iter()
+            .filter(|(release, _)| release.0 == cluster)
+            .map(|(_, composition)| composition.clone())
+            .collect();
+        for composition in compositions {
+            let _ = self.trigger.send(composition);
         }
     }
 

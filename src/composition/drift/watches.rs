@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::connections::Connections;
 use super::own_writes::OwnWrites;
 use super::stream::{self, CompositionKey, Reads, Shared, SharedKey, WatchKey, Watched, lock};
-use crate::api::ResourceRef;
+use crate::api::{Checks, HealthCheck, ResourceRef};
 use crate::composition::cached::Cached;
 use crate::composition::health;
 use crate::runtime::Metrics;
@@ -36,6 +36,8 @@ use crate::runtime::Metrics;
 /// The drift watches of one controller, and what they found.
 pub(in crate::composition) struct Watches {
     shared: Arc<Shared>,
+    /// The definition's health checks the view judges with, as last asked for.
+    checks: Mutex<Vec<HealthCheck>>,
     connections: Connections,
     running: Mutex<HashMap<WatchKey, Running>>,
     /// The compositions to reconcile, until the controller takes them.
@@ -61,6 +63,7 @@ impl Watches {
         };
         Watches {
             shared: Arc::new(shared),
+            checks: Mutex::default(),
             connections: Connections::new(metrics),
             running: Mutex::default(),
             triggered: Mutex::new(Some(triggered)),
@@ -111,6 +114,43 @@ impl Watches {
         };
         let listed = self.start(&key, config, objects);
         let _ = tokio::time::timeout(WATCH_START, futures::future::join_all(listed)).await;
+    }
+
+    /// What a watch of the objects a release renders of `resource` reads: whole where their
+    /// status is judged, else their metadata.
+    pub(in crate::composition) fn reads(&self, resource: &ApiResource) -> Reads {
+        match self.shared.health.judged(&resource.group, &resource.kind) {
+            true => Reads::Status,
+            false => Reads::Metadata,
+        }
+    }
+
+    /// Judges health with the definition's `checks` from now on. When they change, every
+    /// watch starts again, so that what it judged before is judged anew as it lists, and every
+    /// composition is reconciled to start them. Checks that do not compile change nothing (the
+    /// operator refuses the definition, saying why).
+    pub(in crate::composition) fn use_checks(&self, checks: &[HealthCheck]) {
+        let mut used = lock(&self.checks);
+        if used.as_slice() == checks {
+            return;
+        }
+        checks.clone_into(&mut used);
+        let compiled = match Checks::compile(checks) {
+            Ok(compiled) => compiled,
+            Err(error) => {
+                tracing::warn!(%error, "the definition's health checks are not used");
+                return;
+            }
+        };
+        self.shared.health.use_checks(compiled);
+        for (_, watch) in lock(&self.running).drain() {
+            watch.task.abort();
+        }
+        let compositions: HashSet<CompositionKey> =
+            lock(&self.shared.releases).values().cloned().collect();
+        for composition in compositions {
+            let _ = self.shared.trigger.send(composition);
+        }
     }
 
     /// How a namespaced object of `resource` in `namespace` on `cluster` is watched already:

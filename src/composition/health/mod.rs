@@ -13,7 +13,7 @@ mod record;
 mod view;
 mod workloads;
 
-pub(super) use record::{due_in, of_release, with_health};
+pub(super) use record::{due_in, of_release, unknown, with_health};
 pub(super) use view::{ReleaseKey, Verdict, View, runs_pods};
 
 #[cfg(test)]
@@ -21,6 +21,8 @@ mod tests;
 
 use kube::core::DynamicObject;
 use serde_json::Value;
+
+use crate::api::{Check, Checks};
 
 /// How an object is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,8 +46,9 @@ impl Health {
     }
 }
 
-/// How `object` is doing, from its kind, spec and status.
-pub fn judge(object: &DynamicObject) -> Health {
+/// How `object` is doing, from its kind, spec and status: by the definition's check of its
+/// kind (`checks`) where there is one, else by the kind's built-in rule.
+pub fn judge(object: &DynamicObject, checks: &Checks) -> Health {
     if object.metadata.deletion_timestamp.is_some() {
         return Health::InProgress("being deleted".into());
     }
@@ -63,6 +66,12 @@ pub fn judge(object: &DynamicObject) -> Health {
         return Health::InProgress(format!(
             "generation {generation} not yet observed (at {observed})"
         ));
+    }
+    match checks.judge(group, kind, object) {
+        Some(Check::Ready) => return Health::Current,
+        Some(Check::Waiting(why)) => return Health::InProgress(why),
+        Some(Check::Failed(why)) => return Health::Failed(why),
+        None => {}
     }
     match (group, kind) {
         ("apps", "Deployment") => workloads::deployment(spec, status),
@@ -111,8 +120,9 @@ const STATUSLESS: [(&str, &str); 21] = [
     ("discovery.k8s.io", "EndpointSlice"),
 ];
 
-/// Whether objects of `(group, kind)` have a status that says how they are doing.
-pub(super) fn judged(group: &str, kind: &str) -> bool {
+/// Whether objects of `(group, kind)` have a status that says how they are doing, by a
+/// built-in rule.
+fn judged(group: &str, kind: &str) -> bool {
     !STATUSLESS.contains(&(group, kind))
 }
 

@@ -46,6 +46,16 @@ pub(in crate::composition) fn of_release(
     }
 }
 
+/// The health of a release on a cluster that does not answer: not known, never guessed from
+/// what was last seen.
+pub(in crate::composition) fn unknown() -> ReleaseHealth {
+    ReleaseHealth {
+        state: HealthState::Unknown,
+        message: "the cluster does not answer: how the release is doing is not known".into(),
+        since: None,
+    }
+}
+
 /// How long until a Progressing `health` is past `timeout`, when it is Progressing.
 pub(in crate::composition) fn due_in(
     health: &ReleaseHealth,

@@ -24,7 +24,7 @@ fn every_kind_is_judged_as_the_table_says() {
             object[key] = value.clone();
         }
         let object: DynamicObject = serde_json::from_value(object).unwrap();
-        let (health, message) = match judge(&object) {
+        let (health, message) = match judge(&object, &Checks::default()) {
             Health::Current => ("Current", String::new()),
             Health::InProgress(why) => ("InProgress", why),
             Health::Failed(why) => ("Failed", why),

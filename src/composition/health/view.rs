@@ -5,12 +5,13 @@
 //! kubelet's words.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::{Health, judge};
+use super::{Health, judge, judged};
+use crate::api::Checks;
 
 /// A release on a cluster: (cluster, release namespace, release name).
 pub(in crate::composition) type ReleaseKey = (String, String, String);
@@ -30,6 +31,8 @@ pub(in crate::composition) enum Verdict {
 #[derive(Default)]
 pub(in crate::composition) struct View {
     inner: Mutex<Inner>,
+    /// The definition's checks, which judge their kinds in place of the built-in rules.
+    checks: RwLock<Checks>,
 }
 
 #[derive(Default)]
@@ -80,6 +83,22 @@ const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
 const NAMED: usize = 3;
 
 impl View {
+    /// Judges from now on with `checks`: what was judged with others is judged again as its
+    /// watch lists it again.
+    pub(in crate::composition) fn use_checks(&self, checks: Checks) {
+        *self.checks.write().unwrap_or_else(|p| p.into_inner()) = checks;
+    }
+
+    /// Whether objects of `(group, kind)` have a status that says how they are doing, by a
+    /// built-in rule or a check.
+    pub(in crate::composition) fn judged(&self, group: &str, kind: &str) -> bool {
+        judged(group, kind) || self.checks().covers(group, kind)
+    }
+
+    fn checks(&self) -> std::sync::RwLockReadGuard<'_, Checks> {
+        self.checks.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Judges `object` on `cluster`; the release whose health it changes, if any.
     pub(in crate::composition) fn saw(
         &self,
@@ -94,6 +113,7 @@ impl View {
         );
         let uid = object.metadata.uid.clone().unwrap_or_default();
         let version = version_of(object);
+        let health = judge(object, &self.checks());
         let mut inner = lock(&self.inner);
         let objects = inner.unwell.entry(release.clone()).or_default();
         if objects
@@ -102,7 +122,7 @@ impl View {
         {
             return None;
         }
-        let changed = match judge(object) {
+        let changed = match health {
             Health::Current => objects.remove(&uid).is_some(),
             health => {
                 let unwell = Unwell {
@@ -181,9 +201,10 @@ impl View {
         );
         let uid = metadata.uid.clone().unwrap_or_default();
         let labels: BTreeMap<String, String> = metadata.labels.clone().unwrap_or_default();
+        let health = judge(pod, &self.checks());
         let mut inner = lock(&self.inner);
         let pods = inner.pods.entry(place.clone()).or_default();
-        let changed = match judge(pod) {
+        let changed = match health {
             Health::Current => pods.remove(&uid).is_some(),
             health => {
                 let unwell = UnwellPod {
