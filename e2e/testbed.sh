@@ -412,6 +412,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 registerNode: true
+# A container that keeps failing is restarted every 2 s at most (not 10 s doubling to 5 min), so
+# that a crash loop shows within seconds.
+crashLoopBackOff: {maxContainerRestartPeriod: 2s}
 YAML
 }
 

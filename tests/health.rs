@@ -15,7 +15,8 @@ use support::definitions::{Fixture, reason_of, run_controller, wait_status};
 /// The node's one image.
 const PAUSE: &str = "localhost/pause:3.10";
 
-/// A chart of a Deployment of `image` (never pulled) with `replicas` and, when set, `command`;
+/// A chart of a Deployment of `image` (never pulled) with `replicas` and, when set, `command`
+/// and `args`;
 /// and with `job`, a Job of the same container that is not retried.
 fn health_chart() -> String {
     let name = support::unique("health");
@@ -35,6 +36,9 @@ spec:
           imagePullPolicy: Never
           {{- with .Values.command }}
           command: {{ toJson . }}
+          {{- end }}
+          {{- with .Values.args }}
+          args: {{ toJson . }}
           {{- end }}
 {{- if .Values.job }}
 ---
@@ -71,7 +75,8 @@ spec:
           imagePullPolicy: Never
 {{- end }}
 "#;
-    let values = format!("replicas: 1\nimage: {PAUSE}\ncommand: []\njob: null\nstateful: false\n");
+    let values =
+        format!("replicas: 1\nimage: {PAUSE}\ncommand: []\nargs: []\njob: null\nstateful: false\n");
     let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
     support::publish_chart(
         &name,
@@ -251,10 +256,13 @@ async fn a_container_that_cannot_start_is_unhealthy_in_the_kubelets_words_until_
 }
 
 #[tokio::test]
-async fn an_image_the_node_does_not_have_is_unhealthy() {
+async fn an_image_the_node_does_not_have_and_a_crash_loop_are_unhealthy() {
     let Some(bed) = Bed::new("health-image").await else {
         return;
     };
+    // `pause -v` prints its version and exits: restarted, again and again.
+    let looping = support::unique("loop");
+    let loops = bed.create(&looping, json!({"args": ["-v"]})).await;
     let name = support::unique("absent");
     let api = bed
         .create(&name, json!({"image": "localhost/absent:0.1"}))
@@ -264,6 +272,16 @@ async fn an_image_the_node_does_not_have_is_unhealthy() {
     assert!(
         said.contains("container web: ErrImageNeverPull"),
         "the kubelet's reason: {said}"
+    );
+
+    let status = bed.ready_is(&loops, &looping, ("False", "Unhealthy")).await;
+    let said = reason_of(&status, "Ready");
+    assert!(
+        said.contains(&format!("Deployment {}/{looping}-web: pod {looping}-web-", bed.namespace))
+            && said.contains(
+                "container web: CrashLoopBackOff, restarted more than 3 times; last ended Completed (exit code 0)"
+            ),
+        "names the loop and how the container last ended: {said}"
     );
 }
 

@@ -60,35 +60,38 @@ pub(super) fn pod(status: &Value) -> Health {
 }
 
 /// Why `container` has failed, if it has: a wait it will not get past, or a crash loop past
-/// [`CRASH_LOOP_RESTARTS`] with how it last ended.
+/// [`CRASH_LOOP_RESTARTS`] (also while it runs, not ready, between two crashes) with how it
+/// last ended. The restart count is left out of the words, so that each restart is not a new
+/// status.
 fn failed_container(container: &Value) -> Option<String> {
     let name = container["name"].as_str().unwrap_or_default();
     let waiting = &container["state"]["waiting"];
-    let reason = waiting["reason"].as_str()?;
-    let message = waiting["message"].as_str().unwrap_or_default();
-    if STUCK.contains(&reason) {
+    let reason = waiting["reason"].as_str();
+    if let Some(reason) = reason.filter(|r| STUCK.contains(r)) {
+        let message = waiting["message"].as_str().unwrap_or_default();
         return Some(words(name, reason, message));
     }
-    let restarts = count(&container["restartCount"], 0);
-    if reason == "CrashLoopBackOff" && restarts > CRASH_LOOP_RESTARTS {
-        let last = &container["lastState"]["terminated"];
-        let ended = match last.is_object() {
-            true => format!(
-                "; last ended {} (exit code {}){}",
-                last["reason"].as_str().unwrap_or("terminated"),
-                count(&last["exitCode"], 0),
-                last["message"]
-                    .as_str()
-                    .map(|m| format!(": {}", m.trim()))
-                    .unwrap_or_default()
-            ),
-            false => String::new(),
-        };
-        return Some(format!(
-            "container {name}: CrashLoopBackOff after {restarts} restarts{ended}"
-        ));
+    let last = &container["lastState"]["terminated"];
+    let looping = reason == Some("CrashLoopBackOff")
+        || (container["ready"] != true && last.is_object() && reason.is_none());
+    if !looping || count(&container["restartCount"], 0) <= CRASH_LOOP_RESTARTS {
+        return None;
     }
-    None
+    let ended = match last.is_object() {
+        true => format!(
+            "; last ended {} (exit code {}){}",
+            last["reason"].as_str().unwrap_or("terminated"),
+            count(&last["exitCode"], 0),
+            last["message"]
+                .as_str()
+                .map(|m| format!(": {}", m.trim()))
+                .unwrap_or_default()
+        ),
+        false => String::new(),
+    };
+    Some(format!(
+        "container {name}: CrashLoopBackOff, restarted more than {CRASH_LOOP_RESTARTS} times{ended}"
+    ))
 }
 
 /// What a container not yet ready waits for, when it says.
