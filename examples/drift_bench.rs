@@ -20,8 +20,12 @@
 //!   same values, run at once, has returned and the ConfigMap is back;
 //! - memory: the controller's VmRSS with those compositions and their drift watches; then that
 //!   of a new controller once it has reconciled them all (each touched, up to date), with
-//!   watches, and again after the definition says `drift: {mode: Ignore}`, without. The two new
-//!   controllers have the same history, so their difference is what the watches hold.
+//!   watches, again once the definition also says `health: {mode: Wait}` (the kinds with a
+//!   status watched whole, the Pods of their namespaces too, and every Deployment kept as not
+//!   healthy, since the node runs none of this chart's images: the most the health view holds),
+//!   and again after the definition says `drift: {mode: Ignore}` with health Ignore, without.
+//!   The new controllers have the same history, so their differences are what the watches and
+//!   the health view hold.
 //!
 //! Figures go to stdout, progress to stderr; the exit code is non-zero when a step fails.
 
@@ -75,25 +79,10 @@ async fn main() -> ExitCode {
 
 async fn run(bed: &TestBed) -> Result<(), Error> {
     let count = bench_support::scale(DEFAULT_COUNT)?;
-    let namespace = bed.namespace("drift").await?;
-    let group = format!("{namespace}.compositor.dev");
-    let operator = bed
-        .operator(&namespace, &bed.scratch("operator-cache"), "operator.log")
-        .await?;
     let spec = json!({"placement": {"namespace": placement()}, "drift": {"watch": drift_watch()}});
-    bed.apply_definition_with(
-        &namespace,
-        DEFINITION,
-        json!({"group": group}),
-        CHART_VERSION,
-        spec,
-    )
-    .await?;
-    bench_support::wait_definition(bed, &operator, &namespace, DEFINITION).await?;
-    let gvk = GroupVersionKind::gvk(&group, VERSION, KIND);
-    let (mut controller, compositions) = bed
-        .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
-        .await?;
+    let served = bed.served("drift", DEFINITION, spec).await?;
+    let (namespace, group) = (served.namespace, served.group);
+    let (mut controller, compositions) = (served.controller, served.compositions);
     let params = PostParams::default();
     for i in 0..count {
         let object: DynamicObject = serde_json::from_value(json!({
@@ -143,10 +132,16 @@ async fn run(bed: &TestBed) -> Result<(), Error> {
     let by_hand = restore_times(&baseline, || async { upgrade().await.map(|_| ()) }).await?;
     eprintln!("baseline: {DELETIONS} deletions restored by helm upgrade");
 
-    let restart = |controller, mode| restarted(bed, &namespace, &group, controller, mode);
-    let (rewatched, controller) = restart(controller, "Correct").await?;
-    let (unwatched, _) = restart(controller, "Ignore").await?;
-    print(count, &restored, &by_hand, [watched, rewatched, unwatched]);
+    let restart = |controller, modes| restarted(bed, &namespace, &group, controller, modes);
+    let (rewatched, controller) = restart(controller, ("Correct", "Ignore")).await?;
+    let (judged, controller) = restart(controller, ("Correct", "Wait")).await?;
+    let (unwatched, _) = restart(controller, ("Ignore", "Ignore")).await?;
+    print(
+        count,
+        &restored,
+        &by_hand,
+        [watched, rewatched, judged, unwatched],
+    );
     Ok(())
 }
 
@@ -183,24 +178,27 @@ where
     Ok(times)
 }
 
-/// A new controller in place of `controller`, with the definition's drift mode `mode`, once it
-/// has reconciled every composition (each is touched, and is up to date): its memory, and it.
+/// A new controller in place of `controller`, with the definition's drift and health modes
+/// `(drift, health)`, once it has reconciled every composition (each is touched, and is up to
+/// date): its memory, and it.
 async fn restarted(
     bed: &TestBed,
     namespace: &str,
     group: &str,
     mut controller: Process,
-    mode: &str,
+    (mode, health): (&str, &str),
 ) -> Result<(Memory, Process), Error> {
     let count = bench_support::scale(DEFAULT_COUNT)?;
     controller.stop();
     let drift = json!({"mode": mode, "watch": drift_watch()});
+    let spec = json!({"drift": drift, "health": {"mode": health},
+                      "placement": {"namespace": placement()}});
     bed.apply_definition_with(
         namespace,
         DEFINITION,
         json!({"group": group}),
         CHART_VERSION,
-        json!({"drift": drift, "placement": {"namespace": placement()}}),
+        spec,
     )
     .await?;
     // The controller reads the definition at start.
@@ -209,7 +207,8 @@ async fn restarted(
     let (mut controller, compositions) = bed
         .start_controller(namespace, CONTROLLER, &gvk, PLURAL)
         .await?;
-    let touch = Patch::Merge(json!({"metadata": {"annotations": {"bench/touch": mode}}}));
+    let touch = format!("{mode}-{health}");
+    let touch = Patch::Merge(json!({"metadata": {"annotations": {"bench/touch": touch}}}));
     for i in 0..count {
         let name = format!("app-{i}");
         compositions
@@ -237,7 +236,7 @@ fn print(
     count: usize,
     restored: &[Duration],
     by_hand: &[Duration],
-    [watched, rewatched, unwatched]: [Memory; 3],
+    [watched, rewatched, judged, unwatched]: [Memory; 4],
 ) {
     let (ours, theirs) = (Summary::of(restored), Summary::of(by_hand));
     println!(
@@ -280,13 +279,24 @@ fn print(
         rewatched.rss
     );
     println!(
+        "| with drift watches and health (mode Wait), a new controller once all are reconciled \
+         | {:.1} |",
+        judged.rss
+    );
+    println!(
         "| without (drift mode Ignore), a new controller once all are reconciled | {:.1} |",
         unwatched.rss
     );
     println!(
-        "| watches add, between the two new controllers (goal ≤ {MEMORY_GOAL} MiB) | {added:.1} \
-         — goal {} |",
+        "| watches add, between the new controllers without health (goal ≤ {MEMORY_GOAL} MiB) | \
+         {added:.1} — goal {} |",
         met(added <= MEMORY_GOAL)
+    );
+    let health = judged.rss - rewatched.rss;
+    println!(
+        "| health adds to the watches, every Deployment not healthy (goal ≤ {MEMORY_GOAL} MiB) | \
+         {health:.1} — goal {} |",
+        met(health <= MEMORY_GOAL)
     );
 }
 

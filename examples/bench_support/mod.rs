@@ -278,6 +278,31 @@ impl TestBed {
         Ok(operator)
     }
 
+    /// A namespace of its own for `what`, the operator for it, a definition of fireworks-app
+    /// [`CHART_VERSION`] named `definition` there with `spec` (and a group of the namespace's
+    /// name), once Ready, and its controller running.
+    pub async fn served(&self, what: &str, definition: &str, spec: Value) -> Result<Served, Error> {
+        let namespace = self.namespace(what).await?;
+        let group = format!("{namespace}.compositor.dev");
+        let cache = self.scratch("operator-cache");
+        let operator = self.operator(&namespace, &cache, "operator.log").await?;
+        let names = json!({"group": group});
+        self.apply_definition_with(&namespace, definition, names, CHART_VERSION, spec)
+            .await?;
+        wait_definition(self, &operator, &namespace, definition).await?;
+        let gvk = kube::core::GroupVersionKind::gvk(&group, VERSION, KIND);
+        let (controller, compositions) = self
+            .start_controller(&namespace, CONTROLLER, &gvk, PLURAL)
+            .await?;
+        Ok(Served {
+            namespace,
+            group,
+            operator,
+            controller,
+            compositions,
+        })
+    }
+
     /// Runs `controller`, the Deployment in `namespace` of the definition version serving
     /// `gvk` (plural `plural`), as [`TestBed::run_deployment`] does, with `--workers`
     /// [`WORKERS`], `--resync-seconds` [`RESYNC_SECONDS`] and an empty chart cache; and the API
@@ -905,6 +930,16 @@ pub fn met(goal: bool) -> &'static str {
 /// `a / b`.
 pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// A definition served: where, its group, the operator, the controller and the compositions'
+/// API.
+pub struct Served {
+    pub namespace: String,
+    pub group: String,
+    pub operator: Process,
+    pub controller: Process,
+    pub compositions: Api<DynamicObject>,
 }
 
 /// Waits until definition `namespace/name` is Ready; fails with the operator's log after
