@@ -1,7 +1,8 @@
 //! compositor turns any Helm chart into a Kubernetes API.
 //!
-//! Two roles, side by side, that meet only in [`api`] (the resources and the contract between
-//! them) and share their plumbing in [`runtime`]:
+//! Two roles, side by side, that meet in [`api`] (the resources and the contract between them)
+//! and [`rbac`] (RBAC as both read it: the operator grants by it, the controller checks against
+//! it), and share their plumbing in [`runtime`]:
 //!
 //! - the operator ([`definition`]) turns a CompositionDefinition into an API, data flowing one
 //!   way: [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
@@ -22,5 +23,6 @@ pub mod composition;
 pub mod crd;
 pub mod definition;
 pub mod helm;
+pub mod rbac;
 pub mod runtime;
 pub mod schema;

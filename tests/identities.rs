@@ -6,7 +6,7 @@
 //! values that make its workload run as the release identity. Then each identity — the
 //! operator, the controller, every release identity — is enumerated, from the bindings that
 //! name it and from the authorizer's own `SelfSubjectRulesReview` as it, and every right it
-//! holds is judged by `compositor::bundle::power`, the same definition the admission policy
+//! holds is judged by `compositor::rbac::power`, the same definition the admission policy
 //! agrees with row by row (`tests/rule_shapes.rs`). Nothing here is approved, so no identity
 //! but the operator may hold a single rule that would need approval.
 
@@ -21,7 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use compositor::api::{CompositionDefinition, find_condition};
-use compositor::bundle::power::{READ_VERBS, Scope, power, reserved_role};
+use compositor::rbac::power::{READ_VERBS, Scope, power, reserved_role};
 use support::installed::{Installation, RELEASE, installation, service_account_client, wait_for};
 
 /// A chart whose cluster-scoped RBAC is named after the release, as most charts name theirs,

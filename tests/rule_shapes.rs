@@ -1,6 +1,6 @@
-//! Every rule shape of `src/bundle/rule_shapes.json` put to the installed admission policy as
+//! Every rule shape of `src/rbac/rule_shapes.json` put to the installed admission policy as
 //! the operator's own token: the policy's CEL admits a role without approval exactly when
-//! `compositor::bundle::power` says none of its rules needs one, row by row. (The unit test
+//! `compositor::rbac::power` says none of its rules needs one, row by row. (The unit test
 //! beside the table checks the Rust side against the decision each row writes down.)
 
 mod support;
@@ -9,7 +9,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::api::Api;
 use serde_json::json;
 
-use compositor::bundle::power::{Scope, needs_approval};
+use compositor::rbac::power::{Scope, needs_approval};
 use support::installed::{dry_run_create, install, operator_client, wait_for_policy};
 
 /// One row of the table: the rule, the role it stands in, and where.
@@ -30,7 +30,7 @@ async fn the_policy_and_the_rust_decision_agree_on_every_rule_shape() {
     wait_for_policy(&namespace).await;
     let as_operator = operator_client(&namespace).await;
     let shapes: Vec<Shape> =
-        serde_json::from_str(include_str!("../src/bundle/rule_shapes.json")).expect("table");
+        serde_json::from_str(include_str!("../src/rbac/rule_shapes.json")).expect("table");
     let name = format!("compositor:{namespace}:shapes-v1");
     let owner = format!("{namespace}/shapes");
     let metadata = |place: Option<&str>| {

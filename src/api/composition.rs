@@ -76,6 +76,9 @@ pub struct CompositionChart {
     pub digest: String,
 }
 
+/// The `spec` key of a composition that names its target cluster; never passed to Helm.
+pub const CLUSTER_REF: &str = "clusterRef";
+
 /// The name of the management cluster in placements and status; it is always registered.
 pub const LOCAL_CLUSTER: &str = "local";
 

@@ -1,7 +1,8 @@
 //! What the operator and a controller agree on, written once: who a controller is (its
 //! definition and the group, version and plural it serves), the name it runs under, the flags
-//! the operator starts it with, the `<namespace>/<name>` key that names a definition, and a
-//! composition's release name. The operator renders [`ControllerIdentity::args`]; the
+//! the operator starts it with, the `<namespace>/<name>` key that names a definition, a
+//! composition's release name, and the names of what the operator grants for a served resource
+//! (the release identity, the chart's reference role). The operator renders [`ControllerIdentity::args`]; the
 //! controller parses them into the same type.
 
 use std::fmt;
@@ -125,6 +126,42 @@ pub fn release_name(annotation: Option<&str>, name: &str) -> Result<String, Stri
         ));
     }
     Ok(release.to_string())
+}
+
+/// The generated resource a controller serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedResource {
+    /// API group, e.g. `composition.compositor.dev`.
+    pub group: String,
+    /// CRD version name, e.g. `v1-1-5`.
+    pub version: String,
+    /// Plural resource name, e.g. `fireworksapps`.
+    pub plural: String,
+}
+
+/// The name of a definition's release identity for `resource` in every release namespace:
+/// `compositor.<definition namespace>.<plural>-<version>`, so that two definitions never share
+/// one.
+pub fn release_identity(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!(
+        "compositor.{definition_namespace}.{}-{}",
+        resource.plural, resource.version
+    )
+}
+
+/// Name of a definition's cluster-scoped objects for `resource`.
+pub fn cluster_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!(
+        "compositor:{definition_namespace}:{}-{}",
+        resource.plural, resource.version
+    )
+}
+
+/// Name of the ClusterRole that says what the chart's own ClusterRoles may grant; no one is
+/// bound to it. The admission policy derives it from a release identity's name
+/// ([`release_identity`]), so the two must change together.
+pub fn chart_role_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
+    format!("{}:chart", cluster_name(definition_namespace, resource))
 }
 
 #[cfg(test)]

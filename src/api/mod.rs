@@ -9,15 +9,16 @@ mod definition;
 mod health;
 
 pub use composition::{
-    ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState, LOCAL_CLUSTER,
-    Phase, ReleaseHealth, ResourceRef,
+    CLUSTER_REF, ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState,
+    LOCAL_CLUSTER, Phase, ReleaseHealth, ResourceRef,
 };
 pub use conditions::{
     CHART_RESOLVED, CONTROLLER_READY, CRD_READY, INSTALLED, READY, RECONCILING, STALLED,
     find_condition, remove_condition, set_condition, shorten,
 };
 pub use contract::{
-    ControllerIdentity, MAX_RELEASE_NAME, ObjectKey, controller_name, release_name,
+    ControllerIdentity, GeneratedResource, MAX_RELEASE_NAME, ObjectKey, chart_role_name,
+    cluster_name, controller_name, release_identity, release_name,
 };
 pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef, SecretRef};
 pub use definition::{

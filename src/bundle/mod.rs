@@ -4,23 +4,13 @@
 //! The bundle is described once, as typed objects built by a pure function; applying, listing
 //! and deleting all work from that description and from the labels it sets.
 
-pub mod aggregation;
-pub mod approval;
 mod footprint;
-mod kinds;
-mod naming;
+mod grants;
 mod objects;
-pub mod power;
 mod rbac;
-mod rules;
-pub mod subjects;
 
-pub use approval::{APPROVE_VERB, GRANTS_RESOURCE};
-pub use footprint::{ClusterUse, Footprint, NamespaceUse, describe};
-pub use kinds::{TypeRef, chart_kinds, crd_kinds, literal_kinds};
-pub use naming::{NAMESPACE, PROBE_NAMESPACE, PROBE_RELEASE, Probe, RELEASE, ReleasePlace};
+pub use footprint::{ClusterUse, Footprint, NamespaceUse};
 pub use rbac::Permissions;
-pub use rules::{ResolvedKind, uncovered};
 
 use std::collections::BTreeMap;
 
@@ -33,23 +23,13 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    CompositionDefinition, ControllerIdentity, DEFINITION_LABEL, OWNER_ANNOTATION, ObjectKey,
-    VERSION_LABEL, controller_name,
+    CompositionDefinition, ControllerIdentity, DEFINITION_LABEL, GeneratedResource,
+    OWNER_ANNOTATION, ObjectKey, VERSION_LABEL, chart_role_name, cluster_name, controller_name,
+    release_identity,
 };
 
 /// Port of the controller's metrics and health endpoints.
 pub const METRICS_PORT: i32 = 8080;
-
-/// The generated resource a controller serves.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GeneratedResource {
-    /// API group, e.g. `composition.compositor.dev`.
-    pub group: String,
-    /// CRD version name, e.g. `v1-1-5`.
-    pub version: String,
-    /// Plural resource name, e.g. `fireworksapps`.
-    pub plural: String,
-}
 
 /// Everything one version's bundle is built from.
 #[derive(Clone, Debug)]
@@ -108,32 +88,7 @@ pub struct Bundle {
     /// The chart's bindings (names as patterns) to subjects other than ServiceAccounts of the
     /// namespaces it writes into, which need approval; listed on `chart_cluster_role` for the
     /// controller and the release policy ([`subjects::BINDINGS_ANNOTATION`]).
-    pub subject_bindings: Vec<subjects::SubjectBinding>,
-}
-
-/// The name of a definition's release identity for `resource` in every release namespace:
-/// `compositor.<definition namespace>.<plural>-<version>`, so that two definitions never share
-/// one.
-pub fn release_identity(definition_namespace: &str, resource: &GeneratedResource) -> String {
-    format!(
-        "compositor.{definition_namespace}.{}-{}",
-        resource.plural, resource.version
-    )
-}
-
-/// Name of a definition's cluster-scoped objects for `resource`.
-pub fn cluster_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
-    format!(
-        "compositor:{definition_namespace}:{}-{}",
-        resource.plural, resource.version
-    )
-}
-
-/// Name of the ClusterRole that says what the chart's own ClusterRoles may grant; no one is
-/// bound to it. The admission policy derives it from a release identity's name
-/// ([`release_identity`]), so the two must change together.
-pub fn chart_role_name(definition_namespace: &str, resource: &GeneratedResource) -> String {
-    format!("{}:chart", cluster_name(definition_namespace, resource))
+    pub subject_bindings: Vec<crate::rbac::subjects::SubjectBinding>,
 }
 
 /// The kinds a bundle is made of, for listing and deleting by label.

@@ -11,11 +11,11 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::subjects::{self, SubjectBinding};
 use super::{
     Bundle, Controller, bundle_annotations, bundle_labels, chart_role_name, owner_reference, rbac,
 };
 use crate::api::{CHART_REFERENCE_LABEL, CompositionDefinition};
+use crate::rbac::subjects::{self, SubjectBinding};
 
 impl Controller {
     /// The bundle of this version for `definition`.
@@ -144,7 +144,8 @@ impl<'a> Shared<'a> {
         let bindings = self.subject_bindings();
         if !bindings.is_empty() {
             let releases = &permissions.releases;
-            let listed = super::approval::bindings_annotation(&definition, &bindings, releases);
+            let listed =
+                crate::rbac::approval::bindings_annotation(&definition, &bindings, releases);
             let annotations = metadata.annotations.get_or_insert_default();
             annotations.insert(subjects::BINDINGS_ANNOTATION.to_string(), listed);
             if let Some(operator) = &permissions.operator {
@@ -159,11 +160,11 @@ impl<'a> Shared<'a> {
             let lines: Vec<String> = lines.into_iter().collect();
             let annotations = metadata.annotations.get_or_insert_default();
             annotations.insert(
-                super::aggregation::AGGREGATIONS_ANNOTATION.to_string(),
+                crate::rbac::aggregation::AGGREGATIONS_ANNOTATION.to_string(),
                 entries.join("\n"),
             );
             annotations.insert(
-                super::aggregation::AGGREGATION_LINES_ANNOTATION.to_string(),
+                crate::rbac::aggregation::AGGREGATION_LINES_ANNOTATION.to_string(),
                 lines.join("\n"),
             );
         }

@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-use super::GeneratedResource;
 use super::footprint::Footprint;
-use super::naming::ReleasePlace;
-use super::power::{CODE_RESOURCES, READ_SENSITIVE_RESOURCES};
-use super::rules::{HELM_VERBS, ResolvedKind, rule};
+use crate::api::GeneratedResource;
+use crate::rbac::naming::ReleasePlace;
+use crate::rbac::power::{CODE_RESOURCES, READ_SENSITIVE_RESOURCES};
+use crate::rbac::rules::{HELM_VERBS, ResolvedKind, rule};
 
 /// What one version's controller may do.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::CompositionDefinitionSpec;
+use crate::rbac::{NAMESPACE, RELEASE, ReleasePlace, ResolvedKind};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use std::collections::BTreeSet;
 

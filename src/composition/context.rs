@@ -9,7 +9,7 @@ use kube::core::ApiResource;
 
 use super::{access, cleanup, drift, error, inputs, reach, watches};
 use crate::api::ControllerIdentity;
-use crate::bundle::GeneratedResource;
+use crate::api::GeneratedResource;
 use crate::chart::Cache;
 use crate::helm;
 use crate::runtime::Metrics;
@@ -140,7 +140,7 @@ impl Context {
     pub(super) fn release_identity(&self, namespace: &str) -> String {
         let resource = self.generated_resource();
         let name =
-            crate::bundle::release_identity(&self.config.identity.definition.namespace, &resource);
+            crate::api::release_identity(&self.config.identity.definition.namespace, &resource);
         format!("system:serviceaccount:{namespace}:{name}")
     }
 

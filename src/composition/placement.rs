@@ -6,12 +6,12 @@ use kube::ResourceExt;
 use kube::core::DynamicObject;
 
 use super::Error;
+use crate::api::CLUSTER_REF;
 use crate::api::LOCAL_CLUSTER;
 use crate::api::{
     ClusterStatus, NamespacePlacement, Phase, Placement, RELEASE_NAME_ANNOTATION,
     is_reserved_namespace, release_name,
 };
-use crate::crd::CLUSTER_REF;
 
 /// One release of a composition: the cluster, and the namespace and release name on it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::crd::CLUSTER_REF;
+use crate::api::CLUSTER_REF;
 
 /// The values of a composition: its `spec` without the keys compositor reserves.
 pub fn values_of(spec: Option<&Value>) -> Value {

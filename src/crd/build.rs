@@ -47,8 +47,7 @@ impl Default for BuildOptions {
     }
 }
 
-/// The `spec` key that names a composition's target cluster; never passed to Helm.
-pub const CLUSTER_REF: &str = "clusterRef";
+use crate::api::CLUSTER_REF;
 
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];

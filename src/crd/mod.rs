@@ -6,7 +6,7 @@ mod naming;
 mod size;
 
 pub use build::{
-    BuildOptions, CATEGORIES, CLUSTER_REF, SchemaNotes, assemble, build, build_version, check_size,
+    BuildOptions, CATEGORIES, SchemaNotes, assemble, build, build_version, check_size,
     merge_version, to_yaml, version,
 };
 pub use compat::{Break, breaks, compatible};

@@ -12,15 +12,16 @@ use super::inputs::{
 use super::objects::{self, ObjectKey};
 use super::permissions::Unserved;
 use super::{Context, Error, moves};
+use crate::api::GeneratedResource;
 use crate::api::{
     ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion, DriftWatch,
     NamespacePlacement, VersionFootprint,
 };
 use crate::bundle::{
-    self, Controller as ControllerBundle, Footprint, GeneratedResource, Permissions, ReleasePlace,
-    definition_label,
+    self, Controller as ControllerBundle, Footprint, Permissions, definition_label,
 };
 use crate::chart::Fetched;
+use crate::rbac::ReleasePlace;
 
 /// What a definition serves once its bundles are applied.
 #[derive(Default)]
@@ -296,8 +297,8 @@ pub(super) async fn approve_ahead(
     cluster_secrets: Option<&BTreeSet<String>>,
 ) -> Result<(), Error> {
     let any_release = ReleasePlace {
-        release: bundle::RELEASE.to_string(),
-        namespace: bundle::NAMESPACE.to_string(),
+        release: crate::rbac::RELEASE.to_string(),
+        namespace: crate::rbac::NAMESPACE.to_string(),
     };
     let controller = controller_bundle(
         definition,
@@ -315,7 +316,9 @@ pub(super) async fn approve_ahead(
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
     let definition = definition_ref(definition);
     let mut needed = bundle.grants_needing_approval(&definition);
-    needed.retain(|line| !line.contains(bundle::RELEASE) && !line.contains(bundle::NAMESPACE));
+    needed.retain(|line| {
+        !line.contains(crate::rbac::RELEASE) && !line.contains(crate::rbac::NAMESPACE)
+    });
     // A binding's line keeps its patterns: it is approved once for every release; so does an
     // aggregated role's, which names it and its selectors.
     needed.extend(bundle.binding_grants(&definition));
@@ -338,7 +341,7 @@ async fn require_approval(
     Err(Error::ApprovalRequired {
         version: version.to_string(),
         grants,
-        resource: bundle::GRANTS_RESOURCE,
+        resource: crate::rbac::GRANTS_RESOURCE,
         group: crate::api::GROUP,
     })
 }

@@ -2,7 +2,7 @@
 //! after the release, and a tenant chooses the release's name: a release named `cluster-admin`
 //! would be granted `escalate`, `bind` and `update` on ClusterRole `cluster-admin`. So before
 //! granting, each name a release would be granted is checked: one that is reserved
-//! ([`crate::bundle::power::reserved_object`]), or that follows the release and that an object
+//! ([`crate::rbac::power::reserved_object`]), or that follows the release and that an object
 //! already has which is not that release's (by Helm's own ownership annotations), gets that
 //! release nothing, and the definition's status says why. A name the chart fixes (its `crds/`)
 //! is the same whatever the release is named, and is left to Helm. A name whose kind the operator may not list is left to Helm,
@@ -14,8 +14,9 @@ use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 
-use crate::bundle::power::reserved_object;
-use crate::bundle::{Footprint, ReleasePlace, ResolvedKind};
+use crate::bundle::Footprint;
+use crate::rbac::power::reserved_object;
+use crate::rbac::{ReleasePlace, ResolvedKind};
 
 /// Helm's annotations naming the release an object belongs to.
 const RELEASE_NAME: &str = "meta.helm.sh/release-name";

@@ -12,11 +12,11 @@ use kube::{Client, ResourceExt};
 use super::inputs::build_options;
 use super::objects::FIELD_MANAGER;
 use super::{Context, Error};
+use crate::api::GeneratedResource;
 use crate::api::{
     CRD_READY, CompositionDefinition, CompositionDefinitionStatus, CrdStatus, OWNER_ANNOTATION,
     ObjectKey, set_condition,
 };
-use crate::bundle::GeneratedResource;
 use crate::chart::Fetched;
 use crate::crd::{self, Names};
 

@@ -74,7 +74,7 @@ pub enum Error {
         version: String,
         /// The grant lines not approved yet.
         grants: Vec<String>,
-        /// [`crate::bundle::GRANTS_RESOURCE`], for the message.
+        /// [`crate::rbac::GRANTS_RESOURCE`], for the message.
         resource: &'static str,
         /// [`crate::api::GROUP`], for the message.
         group: &'static str,

@@ -16,8 +16,8 @@ use crate::api::{
     MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
     RELEASE_NAME_ANNOTATION, VERSION_LABEL, is_reserved_namespace,
 };
-use crate::bundle::ReleasePlace;
 use crate::crd::Names;
+use crate::rbac::ReleasePlace;
 
 /// How often, and how many times, a version not served yet is looked for again.
 const SERVE_POLL: Duration = Duration::from_millis(100);
@@ -304,7 +304,7 @@ pub async fn apply_objects(
     Ok(warnings)
 }
 
-/// Of the grant lines `needed` (see [`crate::bundle::approval`]), those an administrator has
+/// Of the grant lines `needed` (see [`crate::rbac::approval`]), those an administrator has
 /// not approved: the operator may not `approve` them (one SelfSubjectAccessReview each, which
 /// every authenticated user may ask).
 pub async fn unapproved(
@@ -321,8 +321,8 @@ pub async fn unapproved(
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(crate::api::GROUP.to_string()),
-                    resource: Some(crate::bundle::GRANTS_RESOURCE.to_string()),
-                    verb: Some(crate::bundle::APPROVE_VERB.to_string()),
+                    resource: Some(crate::rbac::GRANTS_RESOURCE.to_string()),
+                    verb: Some(crate::rbac::APPROVE_VERB.to_string()),
                     name: Some(line.clone()),
                     ..ResourceAttributes::default()
                 }),

@@ -8,12 +8,13 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::json;
 
-use crate::bundle::{
-    Footprint, PROBE_NAMESPACE, PROBE_RELEASE, Probe, ReleasePlace, ResolvedKind, TypeRef,
-    chart_kinds, crd_kinds, literal_kinds,
-};
+use crate::bundle::Footprint;
 use crate::chart::{Fetched, Package};
 use crate::helm::{self, RenderedDocument, parse_documents};
+use crate::rbac::{
+    PROBE_NAMESPACE, PROBE_RELEASE, Probe, ReleasePlace, ResolvedKind, TypeRef, chart_kinds,
+    crd_kinds, literal_kinds,
+};
 
 /// A chart's footprint, and what could not be learnt.
 #[derive(Clone, Debug, Default)]

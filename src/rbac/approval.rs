@@ -1,4 +1,5 @@
-//! What of a bundle an administrator must approve before the operator may write it.
+//! What of a bundle an administrator must approve before the operator may write it: the grant
+//! lines, which the operator writes and the controller reads back.
 //!
 //! The operator holds `escalate` and `bind`, so its own RBAC does not bound what it grants; the
 //! chart's admission policy (`charts/compositor/templates/admission-policy.yaml`) does, by power
@@ -14,9 +15,8 @@
 
 use std::collections::BTreeSet;
 
-use super::Bundle;
 use super::naming::ReleasePlace;
-use super::power::{Scope, is_system_namespace, needs_approval};
+use super::power::{Scope, is_system_namespace};
 use super::subjects::SubjectBinding;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
@@ -92,49 +92,6 @@ pub fn bindings_annotation(
         entry
     });
     entries.collect::<Vec<_>>().join("\n")
-}
-
-impl Bundle {
-    /// The grant lines of the bindings of this bundle's chart to subjects that need approval.
-    pub fn binding_grants(&self, definition: &str) -> BTreeSet<String> {
-        let bindings = self.subject_bindings.iter();
-        bindings.map(|b| binding_grant(definition, b)).collect()
-    }
-
-    /// The grant lines of every rule of this bundle that needs approval, and of every binding
-    /// to a subject that does ([`Bundle::binding_grants`]), once each, sorted.
-    pub fn grants_needing_approval(&self, definition: &str) -> BTreeSet<String> {
-        let cluster = [
-            &self.cluster_role,
-            &self.release_cluster_role,
-            &self.chart_cluster_role,
-        ]
-        .into_iter()
-        .map(|role| (role.rules.as_deref().unwrap_or_default(), Scope::Cluster));
-        let namespaced = self
-            .namespace_roles
-            .iter()
-            .chain(&self.controller_roles)
-            .map(|(role, _)| role)
-            .chain([&self.definition_role])
-            .map(|role| {
-                let namespace = role.metadata.namespace.as_deref().unwrap_or_default();
-                (
-                    role.rules.as_deref().unwrap_or_default(),
-                    Scope::Namespace(namespace),
-                )
-            });
-        let mut lines = BTreeSet::new();
-        for (rules, scope) in cluster.chain(namespaced) {
-            for rule in rules {
-                if needs_approval(rule, rules, scope) {
-                    lines.insert(grant(definition, rule, scope));
-                }
-            }
-        }
-        lines.extend(self.binding_grants(definition));
-        lines
-    }
 }
 
 #[cfg(test)]

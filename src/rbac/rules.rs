@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// The verbs Helm needs on every kind it installs.
-pub(super) const HELM_VERBS: [&str; 7] = [
+pub const HELM_VERBS: [&str; 7] = [
     "get", "list", "watch", "create", "update", "patch", "delete",
 ];
 
@@ -31,7 +31,7 @@ impl std::fmt::Display for ResolvedKind {
 }
 
 /// One rule per API group with Helm's verbs on every resource of that group.
-pub(super) fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRule> {
+pub fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> Vec<PolicyRule> {
     let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for kind in kinds {
         by_group
@@ -46,7 +46,7 @@ pub(super) fn kind_rules<'a>(kinds: impl Iterator<Item = &'a ResolvedKind>) -> V
 }
 
 /// A rule with `verbs` on `resources` of API group `group`.
-pub(super) fn rule(
+pub fn rule(
     group: &str,
     resources: impl IntoIterator<Item = String>,
     verbs: &[&str],
@@ -121,6 +121,26 @@ fn allows_url(rule: &PolicyRule, verb: &str, url: &str) -> bool {
         None => granted == url,
     };
     listed(Some(&rule.verbs), verb) && rule.non_resource_urls.iter().flatten().any(matches)
+}
+
+/// A rule in one line: `get,list secrets, configmaps named a, b`.
+pub fn describe(rule: &PolicyRule) -> String {
+    let groups = rule.api_groups.clone().unwrap_or_default();
+    let mut targets: Vec<String> = Vec::new();
+    for resource in rule.resources.iter().flatten() {
+        for group in &groups {
+            targets.push(match group.as_str() {
+                "" => resource.clone(),
+                group => format!("{resource}.{group}"),
+            });
+        }
+    }
+    targets.extend(rule.non_resource_urls.iter().flatten().cloned());
+    let mut line = format!("{} {}", rule.verbs.join(","), targets.join(", "));
+    if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+        line.push_str(&format!(" named {}", names.join(", ")));
+    }
+    line
 }
 
 #[cfg(test)]

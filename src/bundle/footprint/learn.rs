@@ -5,12 +5,12 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-use super::super::aggregation;
-use super::super::naming::{PROBE_NAMESPACE, Probe};
-use super::super::subjects::{Subject, SubjectBinding};
-use super::super::{ResolvedKind, TypeRef};
 use super::{ClusterUse, NamespaceUse, RBAC_GROUP, add_rules};
 use crate::helm::RenderedDocument;
+use crate::rbac::aggregation;
+use crate::rbac::naming::{PROBE_NAMESPACE, Probe};
+use crate::rbac::subjects::{Subject, SubjectBinding};
+use crate::rbac::{ResolvedKind, TypeRef};
 
 pub(super) fn type_ref(document: &RenderedDocument) -> TypeRef {
     TypeRef {

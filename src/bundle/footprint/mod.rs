@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-use super::aggregation::{self, Selector};
-use super::naming::{NAMESPACE, Probe, ReleasePlace};
-use super::rules::{HELM_VERBS, kind_rules, rule};
-use super::subjects::SubjectBinding;
-use super::{ResolvedKind, TypeRef};
 use crate::api::{NamespaceFootprint, VersionFootprint};
 use crate::helm::RenderedDocument;
+use crate::rbac::aggregation::{self, Selector};
+use crate::rbac::naming::{NAMESPACE, Probe, ReleasePlace};
+use crate::rbac::rules::{HELM_VERBS, describe, kind_rules, rule};
+use crate::rbac::subjects::SubjectBinding;
+use crate::rbac::{ResolvedKind, TypeRef};
 
 mod learn;
 
@@ -30,7 +30,7 @@ pub struct Footprint {
     pub cluster: ClusterUse,
     /// The chart's bindings to subjects other than ServiceAccounts of the namespaces it writes
     /// into: users, groups, other namespaces' accounts. Each needs an administrator's approval
-    /// ([`super::subjects`]).
+    /// ([`crate::rbac::subjects`]).
     pub bindings: BTreeSet<SubjectBinding>,
 }
 
@@ -58,7 +58,7 @@ pub struct ClusterUse {
     pub bound_cluster_roles: BTreeSet<String>,
     /// The chart's ClusterRoles that aggregate others (`aggregationRule`), by name pattern: what
     /// each selects (values as patterns), or why that is refused outright
-    /// ([`super::aggregation`]).
+    /// ([`crate::rbac::aggregation`]).
     pub aggregated: BTreeMap<String, Result<Vec<Selector>, String>>,
     /// Kinds Helm lists and watches at cluster scope: the CustomResourceDefinitions of `crds/`,
     /// which Helm waits to see established before it installs the rest.
@@ -361,26 +361,6 @@ fn bind_rule(resource: &str, names: BTreeSet<String>) -> Option<PolicyRule> {
     let mut bind = rule(RBAC_GROUP, [resource.to_string()], &["bind"]);
     bind.resource_names = Some(names.into_iter().collect());
     Some(bind)
-}
-
-/// A rule in one line: `get,list secrets, configmaps named a, b`.
-pub fn describe(rule: &PolicyRule) -> String {
-    let groups = rule.api_groups.clone().unwrap_or_default();
-    let mut targets: Vec<String> = Vec::new();
-    for resource in rule.resources.iter().flatten() {
-        for group in &groups {
-            targets.push(match group.as_str() {
-                "" => resource.clone(),
-                group => format!("{resource}.{group}"),
-            });
-        }
-    }
-    targets.extend(rule.non_resource_urls.iter().flatten().cloned());
-    let mut line = format!("{} {}", rule.verbs.join(","), targets.join(", "));
-    if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
-        line.push_str(&format!(" named {}", names.join(", ")));
-    }
-    line
 }
 
 #[cfg(test)]

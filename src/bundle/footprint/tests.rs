@@ -346,7 +346,7 @@ fn kyvernos_own_clusterroles_are_covered_and_its_aggregations_approvable_under_a
         for role in &rendered {
             let rules: Vec<PolicyRule> =
                 serde_json::from_value(role.body["rules"].clone()).unwrap_or_default();
-            let uncovered = crate::bundle::uncovered(&reference, &rules);
+            let uncovered = crate::rbac::uncovered(&reference, &rules);
             assert!(
                 uncovered.is_empty(),
                 "{release}: {}: {uncovered:?}",

@@ -28,8 +28,8 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::json;
 
 use self::rules::{Reviewed, RulesCache};
-use crate::bundle::{ResolvedKind, TypeRef, crd_kinds};
 use crate::helm::RenderedDocument;
+use crate::rbac::{ResolvedKind, TypeRef, crd_kinds};
 
 /// Reviews in flight at once.
 const CONCURRENT_REVIEWS: usize = 8;

@@ -118,7 +118,7 @@ pub(super) fn writable_patterns(
 }
 
 /// Refuses `targets` whose release would give one of the chart's cluster-scoped objects a
-/// reserved name ([`crate::bundle::power::reserved_object`]): a release named `cluster-admin`
+/// reserved name ([`crate::rbac::power::reserved_object`]): a release named `cluster-admin`
 /// whose chart names a ClusterRole after its release. The operator grants such a release
 /// nothing; this says why, before anything else is tried.
 pub(super) fn check_claims(
@@ -134,7 +134,7 @@ pub(super) fn check_claims(
         .map(|footprint| footprint.cluster_objects.as_slice())
         .unwrap_or_default();
     for target in targets {
-        let place = crate::bundle::ReleasePlace {
+        let place = crate::rbac::ReleasePlace {
             release: target.release.clone(),
             namespace: target.namespace.clone(),
         };
@@ -144,7 +144,7 @@ pub(super) fn check_claims(
             };
             let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
             let name = place.fill(pattern);
-            if crate::bundle::power::reserved_object(group, plural, &name) {
+            if crate::rbac::power::reserved_object(group, plural, &name) {
                 return Err(Error::ReleaseNameReserved(format!(
                     "release {} would name {resource} {name}",
                     target.release
@@ -158,7 +158,7 @@ pub(super) fn check_claims(
 /// The namespaces `target`'s release may write into: its release namespace, and the
 /// `patterns` ([`writable_patterns`]) named for this release.
 fn writable_namespaces(patterns: &BTreeSet<String>, target: &Target) -> BTreeSet<String> {
-    let place = crate::bundle::ReleasePlace {
+    let place = crate::rbac::ReleasePlace {
         release: target.release.clone(),
         namespace: target.namespace.clone(),
     };
@@ -197,13 +197,13 @@ pub(super) async fn check_render(
     let own = subjects::Own::new(&allowed, &reserved);
     let foreign = own.foreign_subjects(documents, namespace);
     if !foreign.is_empty() {
-        let never = |binding: &crate::bundle::subjects::SubjectBinding| own.never_admitted(binding);
+        let never = |binding: &crate::rbac::subjects::SubjectBinding| own.never_admitted(binding);
         // Only what some line may admit needs the approved bindings.
         let approved = match foreign.iter().all(never) {
             true => Vec::new(),
             false => reference::approved_bindings(context).await?,
         };
-        let place = crate::bundle::ReleasePlace {
+        let place = crate::rbac::ReleasePlace {
             release: target.release.clone(),
             namespace: target.namespace.clone(),
         };

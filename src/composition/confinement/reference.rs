@@ -7,8 +7,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use super::super::{Context, Error};
-use crate::bundle::aggregation;
 use crate::helm::RenderedDocument;
+use crate::rbac::aggregation;
 
 /// What the chart's ClusterRoles may be for this controller's releases, as the operator wrote
 /// it in the reference role.
@@ -41,8 +41,8 @@ impl Reference {
             }
             let rules: Vec<PolicyRule> =
                 serde_json::from_value(role.body["rules"].clone()).unwrap_or_default();
-            for rule in crate::bundle::uncovered(&self.rules, &rules) {
-                let grants = crate::bundle::describe(&rule);
+            for rule in crate::rbac::uncovered(&self.rules, &rules) {
+                let grants = crate::rbac::describe(&rule);
                 excessive.push(format!(
                     "ClusterRole {name} grants {grants}, and no line can admit it: a release's \
                      ClusterRoles grant at most what the chart's default values make them grant"
@@ -59,15 +59,15 @@ impl Reference {
 /// when a release renders such a binding.
 pub(super) async fn approved_bindings(
     context: &Context,
-) -> Result<Vec<(String, crate::bundle::subjects::SubjectBinding)>, Error> {
+) -> Result<Vec<(String, crate::rbac::subjects::SubjectBinding)>, Error> {
     let role = chart_role(context).await?;
     let listed = role
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(crate::bundle::subjects::BINDINGS_ANNOTATION));
+        .and_then(|a| a.get(crate::rbac::subjects::BINDINGS_ANNOTATION));
     let definition = context.config.identity.definition.to_string();
-    let approved = crate::bundle::subjects::approved_bindings(listed.map_or("", String::as_str));
+    let approved = crate::rbac::subjects::approved_bindings(listed.map_or("", String::as_str));
     // An approval is this definition's own.
     let own = approved
         .into_iter()
@@ -124,7 +124,7 @@ async fn chart_role(context: &Context) -> Result<k8s_openapi::api::rbac::v1::Clu
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let resource = context.generated_resource();
     let name =
-        crate::bundle::chart_role_name(&context.config.identity.definition.namespace, &resource);
+        crate::api::chart_role_name(&context.config.identity.definition.namespace, &resource);
     let role = Api::<ClusterRole>::all(context.client.clone())
         .get_opt(&name)
         .await
@@ -149,12 +149,12 @@ mod tests {
     /// The reference role the operator writes for kyverno's `release` in `team`, every
     /// aggregation approved for `team/kv`.
     fn kyverno_reference(release: &str) -> Reference {
-        let probe = crate::bundle::Probe::with_fullnames(vec!["kyverno".into()]);
-        let cluster_roles = crate::bundle::TypeRef {
+        let probe = crate::rbac::Probe::with_fullnames(vec!["kyverno".into()]);
+        let cluster_roles = crate::rbac::TypeRef {
             api_version: "rbac.authorization.k8s.io/v1".into(),
             kind: "ClusterRole".into(),
         };
-        let resolved = crate::bundle::ResolvedKind {
+        let resolved = crate::rbac::ResolvedKind {
             group: "rbac.authorization.k8s.io".into(),
             plural: "clusterroles".into(),
             namespaced: false,
@@ -165,7 +165,7 @@ mod tests {
             &BTreeSet::new(),
             &[(cluster_roles, resolved)].into(),
         );
-        let place = crate::bundle::ReleasePlace {
+        let place = crate::rbac::ReleasePlace {
             release: release.into(),
             namespace: "team".into(),
         };

@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::bundle::ReleasePlace;
-use crate::bundle::power::RELEASE_IDENTITY_PREFIX;
-use crate::bundle::subjects::{Subject, SubjectBinding, refused_subject};
 use crate::helm::RenderedDocument;
+use crate::rbac::ReleasePlace;
+use crate::rbac::power::RELEASE_IDENTITY_PREFIX;
+use crate::rbac::subjects::{Subject, SubjectBinding, refused_subject};
 
 /// The accounts a release may name.
 pub(super) struct Own<'a> {
@@ -272,7 +272,7 @@ subjects:
         let allowed: BTreeSet<String> = ["team-a".to_string()].into();
         let own = Own::new(&allowed, &RESERVED);
         let foreign = own.foreign_subjects(&documents, "team-a");
-        let annotation = crate::bundle::approval::bindings_annotation(
+        let annotation = crate::rbac::approval::bindings_annotation(
             "platform/sealed",
             &[SubjectBinding::parse(
                 "RoleBinding {namespace}/{release}-service-proxier binds Role \
@@ -281,7 +281,7 @@ subjects:
             .unwrap()],
             &[],
         );
-        let approved = crate::bundle::subjects::approved_bindings(&annotation);
+        let approved = crate::rbac::subjects::approved_bindings(&annotation);
         let place = ReleasePlace {
             release: "sealed".into(),
             namespace: "team-a".into(),

@@ -39,8 +39,8 @@ use super::Error;
 use super::inputs::TargetRelease;
 use super::reach::Reach;
 use crate::api::{ClusterStatus, DRIFT_ANNOTATION, DriftMode, DriftSpec, ResourceRef};
-use crate::bundle::TypeRef;
 use crate::helm::{self, RenderedDocument, parse_documents};
+use crate::rbac::TypeRef;
 
 /// One object that differs from what its release applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
