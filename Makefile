@@ -65,8 +65,8 @@ down:
 ## definition → ready times and idle restart writes, 20 compositions rolled out to 2 clusters
 ## against 40 `helm install`s with local-only compositions timed beside a dead cluster, a
 ## deleted object restored against a `helm upgrade` by hand (and the memory of the drift watches
-## and of health), how soon a composition is Ready once its pod is (on the node),
-## against one fresh test bed (rollout_bench starts its second control plane itself); then, on
+## and of health), against one fresh test bed (rollout_bench starts its second control plane
+## itself); how soon a composition is Ready once its pod is, on a test bed with a node; then, on
 ## five fresh test beds, the controller's 50 compositions against 50 `helm install`s in turn and
 ## 4 at a time (with CPU per install, API requests per composition, idle resync writes and
 ## memory) and a chart-version patch moving 3 and 50 compositions against as many
@@ -76,7 +76,11 @@ bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \
 	  echo "[make bench] build took $$((SECONDS - start))s"
 	TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) COMPOSITOR_BIN=$(RELEASE_DIR)/compositor \
-	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench install_profile operator_bench rollout_bench drift_bench health_bench; do \
+	  e2e/with-testbed.sh bash -c 'set -e; for bench in convert_bench install_profile operator_bench rollout_bench drift_bench; do \
 	    echo "[make bench] $$bench"; $(RELEASE_DIR)/examples/$$bench; done'
+	@echo "[make bench] health_bench, on a test bed with a node"
+	IMAGE_ARCHIVE=$$(COMPOSITOR_BIN=$(RELEASE_DIR)/compositor IMAGE_ARCHIVE=$(RELEASE_DIR)/compositor-image.tar e2e/image.sh | tail -1) && \
+	  TESTBED_DIR=$$(mktemp -d /tmp/compositor-testbed.XXXXXX) IMAGE_ARCHIVE=$$IMAGE_ARCHIVE COMPOSITOR_BIN=$(RELEASE_DIR)/compositor \
+	  e2e/with-testbed.sh $(RELEASE_DIR)/examples/health_bench
 	@echo "[make bench] controller_bench and move_bench"
 	COMPOSITOR_BIN=$(RELEASE_DIR)/compositor e2e/bench-controller.sh $(RELEASE_DIR)/examples/controller_bench

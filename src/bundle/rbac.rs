@@ -6,6 +6,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::footprint::Footprint;
 use crate::api::GeneratedResource;
+use crate::rbac::kinds::WORKLOADS;
 use crate::rbac::naming::ReleasePlace;
 use crate::rbac::power::{CODE_RESOURCES, READ_SENSITIVE_RESOURCES};
 use crate::rbac::rules::{HELM_VERBS, ResolvedKind, rule};
@@ -280,15 +281,10 @@ impl Permissions {
     }
 }
 
-/// Whether objects of `kind` run Pods of their own: Deployments, StatefulSets, DaemonSets,
-/// ReplicaSets and Jobs.
+/// Whether objects of `kind` run Pods of their own ([`WORKLOADS`]).
 fn runs_pods(kind: &ResolvedKind) -> bool {
-    let plural = kind.plural.as_str();
-    match kind.group.as_str() {
-        "apps" => ["deployments", "statefulsets", "daemonsets", "replicasets"].contains(&plural),
-        "batch" => plural == "jobs",
-        _ => false,
-    }
+    let (group, plural) = (kind.group.as_str(), kind.plural.as_str());
+    WORKLOADS.iter().any(|&(g, _, p)| (g, p) == (group, plural))
 }
 
 fn get_named(group: &str, resource: &str, names: BTreeSet<String>) -> PolicyRule {

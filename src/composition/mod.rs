@@ -238,13 +238,13 @@ async fn install(
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
     let outcomes = futures::future::join_all(targets.iter().map(|target| {
-        let inputs = (
-            &chart.fetched,
-            &values,
+        let inputs = ReleaseInputs {
+            chart: &chart.fetched,
+            values: &values,
             withhold,
-            &writable,
-            &definition.spec,
-        );
+            writable: &writable,
+            definition: &definition.spec,
+        };
         release_on(object, context, inputs, target, &shared)
     }))
     .await;
@@ -313,25 +313,34 @@ fn judged(
     health::with_health(entry, recorded, health)
 }
 
-/// What each target's release is made of: the chart, the values, whether Helm's words are
-/// withheld, the namespaces a release may write into besides its own, and the definition.
-type ReleaseInputs<'a> = (
-    &'a crate::chart::Fetched,
-    &'a serde_json::Value,
-    bool,
-    &'a BTreeSet<String>,
-    &'a crate::api::CompositionDefinitionSpec,
-);
+/// What each target's release is made of, the same for every target.
+#[derive(Clone, Copy)]
+struct ReleaseInputs<'a> {
+    chart: &'a crate::chart::Fetched,
+    values: &'a serde_json::Value,
+    /// Whether Helm's words are withheld: the render could read the cluster.
+    withhold: bool,
+    /// The namespaces a release may write into besides its own.
+    writable: &'a BTreeSet<String>,
+    definition: &'a crate::api::CompositionDefinitionSpec,
+}
 
 /// The release on one target, once its cluster is reached.
 async fn release_on(
     object: &DynamicObject,
     context: &Context,
-    (chart, values, withhold, writable, definition): ReleaseInputs<'_>,
+    inputs: ReleaseInputs<'_>,
     target: &placement::Target,
     writer: &release::SharedWriter<'_, '_>,
 ) -> Result<Outcome, Failure> {
     let reach = context.reach(&target.cluster).await?;
+    let ReleaseInputs {
+        chart,
+        values,
+        withhold,
+        writable,
+        definition,
+    } = inputs;
     let release = TargetRelease {
         context,
         object,

@@ -18,10 +18,6 @@ use crate::bundle::Footprint;
 use crate::rbac::power::reserved_object;
 use crate::rbac::{ReleasePlace, ResolvedKind};
 
-/// Helm's annotations naming the release an object belongs to.
-const RELEASE_NAME: &str = "meta.helm.sh/release-name";
-const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
-
 /// The releases that may be granted, and why the others may not.
 pub struct Claims {
     /// Releases whose every name is free or their own.
@@ -111,11 +107,7 @@ async fn existing(client: &Client, kind: &ResolvedKind) -> Option<Holders> {
     loop {
         let page = api.list_metadata(&params).await.ok()?;
         for object in &page.items {
-            let annotations = object.annotations();
-            let release = annotations
-                .get(RELEASE_NAMESPACE)
-                .zip(annotations.get(RELEASE_NAME));
-            let release = release.map(|(namespace, name)| (namespace.clone(), name.clone()));
+            let release = crate::helm::release_of(object.metadata.annotations.as_ref());
             holders.insert(object.name_any(), release);
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {

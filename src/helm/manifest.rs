@@ -1,6 +1,21 @@
-//! The objects in a rendered manifest (`helm template`, `helm get manifest`).
+//! The objects in a rendered manifest (`helm template`, `helm get manifest`), and the release
+//! Helm says an applied object is of.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
+
+/// The annotations Helm puts on every object it applies, naming its release.
+pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
+
+/// The release an object with `annotations` is of, by Helm's annotations: (namespace, name).
+pub fn release_of(annotations: Option<&BTreeMap<String, String>>) -> Option<(String, String)> {
+    let annotations = annotations?;
+    let namespace = annotations.get(RELEASE_NAMESPACE_ANNOTATION)?;
+    let name = annotations.get(RELEASE_NAME_ANNOTATION)?;
+    Some((namespace.clone(), name.clone()))
+}
 
 /// An object of a rendered manifest, by identity.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -43,7 +43,8 @@ mod workspace;
 
 pub use error::Error;
 pub use manifest::{
-    ManifestError, RenderedDocument, RenderedObject, parse_documents, parse_manifest,
+    ManifestError, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, RenderedDocument,
+    RenderedObject, parse_documents, parse_manifest, release_of,
 };
 pub use post_render::{
     Gate, MAX_MANIFEST, ManifestTooLarge, PostRenderer, Request, SUBCOMMAND as POST_RENDER, Ticket,

@@ -8,6 +8,17 @@ use super::ResolvedKind;
 use crate::chart::TemplateFile;
 use crate::helm::{RenderedDocument, RenderedObject};
 
+/// The kinds that run Pods of their own, as (group, kind, plural): the operator lets a
+/// controller read the Pods where a chart writes them, and the controller judges them by their
+/// Pods.
+pub const WORKLOADS: [(&str, &str, &str); 5] = [
+    ("apps", "Deployment", "deployments"),
+    ("apps", "StatefulSet", "statefulsets"),
+    ("apps", "DaemonSet", "daemonsets"),
+    ("apps", "ReplicaSet", "replicasets"),
+    ("batch", "Job", "jobs"),
+];
+
 /// A kind by API version, e.g. (`apps/v1`, `Deployment`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TypeRef {

@@ -271,8 +271,8 @@ impl Object<'_> {
         let metadata = &mut body["metadata"];
         // Helm adds these as it applies: an apply without them would take them away.
         metadata["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
-        metadata["annotations"]["meta.helm.sh/release-name"] = json!(target.release);
-        metadata["annotations"]["meta.helm.sh/release-namespace"] = json!(target.namespace);
+        metadata["annotations"][helm::RELEASE_NAME_ANNOTATION] = json!(target.release);
+        metadata["annotations"][helm::RELEASE_NAMESPACE_ANNOTATION] = json!(target.namespace);
         if let Some(live) = live {
             body = fields::keep_ignored(&body, live, &self.ignored);
         }

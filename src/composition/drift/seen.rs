@@ -10,10 +10,6 @@ use std::hash::{Hash, Hasher};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
-/// The annotations that name an object's release.
-const RELEASE_NAME: &str = "meta.helm.sh/release-name";
-const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
-
 /// What a watch keeps of an object: who it is, whose release, and the hash of who owns which
 /// of its fields ([`signature`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,14 +26,12 @@ pub(super) struct Seen {
 
 impl Seen {
     fn of(metadata: &ObjectMeta) -> Seen {
-        let annotations = metadata.annotations.as_ref();
-        let annotation = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
         Seen {
             uid: metadata.uid.clone().unwrap_or_default(),
             version: metadata.resource_version.clone().unwrap_or_default(),
             name: metadata.name.clone().unwrap_or_default(),
             namespace: metadata.namespace.clone(),
-            release: annotation(RELEASE_NAMESPACE).zip(annotation(RELEASE_NAME)),
+            release: crate::helm::release_of(metadata.annotations.as_ref()),
             signature: signature(metadata),
         }
     }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{Health, judge, judged};
 use crate::api::Checks;
+use crate::rbac::kinds::WORKLOADS;
 
 /// A release on a cluster: (cluster, release namespace, release name).
 pub(in crate::composition) type ReleaseKey = (String, String, String);
@@ -75,10 +76,6 @@ struct UnwellPod {
     health: Health,
 }
 
-/// The annotations that name an object's release.
-const RELEASE_NAME: &str = "meta.helm.sh/release-name";
-const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
-
 /// How many objects a Progressing message names.
 const NAMED: usize = 3;
 
@@ -105,12 +102,8 @@ impl View {
         cluster: &str,
         object: &DynamicObject,
     ) -> Option<ReleaseKey> {
-        let annotations = object.metadata.annotations.as_ref()?;
-        let release = (
-            cluster.to_string(),
-            annotations.get(RELEASE_NAMESPACE)?.clone(),
-            annotations.get(RELEASE_NAME)?.clone(),
-        );
+        let (namespace, name) = crate::helm::release_of(object.metadata.annotations.as_ref())?;
+        let release = (cluster.to_string(), namespace, name);
         let uid = object.metadata.uid.clone().unwrap_or_default();
         let version = version_of(object);
         let health = judge(object, &self.checks());
@@ -360,18 +353,9 @@ pub(super) struct Selector {
     expressions: Vec<(String, String, Vec<String>)>,
 }
 
-/// The kinds whose Pods say why they do not come up.
-const WORKLOADS: [(&str, &str); 5] = [
-    ("apps", "Deployment"),
-    ("apps", "StatefulSet"),
-    ("apps", "DaemonSet"),
-    ("apps", "ReplicaSet"),
-    ("batch", "Job"),
-];
-
-/// Whether `(group, kind)` is a workload, whose Pods are watched.
+/// Whether `(group, kind)` is a workload, whose Pods say why it does not come up.
 pub(in crate::composition) fn runs_pods(group: &str, kind: &str) -> bool {
-    WORKLOADS.contains(&(group, kind))
+    WORKLOADS.iter().any(|&(g, k, _)| (g, k) == (group, kind))
 }
 
 impl Selector {
