@@ -363,6 +363,34 @@ fn kyvernos_own_clusterroles_are_covered_and_its_aggregations_approvable_under_a
     }
 }
 
+/// The reference role the operator writes for kyverno's release `release` in `team`, every
+/// aggregation approved for `team/kv`: what it says (its rules and its aggregations).
+fn kyverno_reference(release: &str) -> serde_json::Value {
+    let probe = Probe::with_fullnames(vec!["kyverno".into()]);
+    let footprint = Footprint::derive(&kyverno("relprobe"), &probe, &BTreeSet::new(), &resolved());
+    let place = place(release, "team");
+    let entries = footprint.aggregation_entries("team/kv", std::slice::from_ref(&place));
+    serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"annotations": {
+            crate::rbac::aggregation::AGGREGATIONS_ANNOTATION: entries.join("\n")}},
+        "rules": footprint.chart_cluster_rules(&[place]),
+    })
+}
+
+/// The controller's test of a render against the reference role reads these files: they are
+/// what the operator writes.
+#[test]
+fn kyvernos_reference_role_is_the_one_the_controller_is_tested_against() {
+    for release in ["kv", "team-kyverno"] {
+        let path =
+            format!("testdata/real-charts/kyverno-3.9.0-clusterroles/reference-{release}.json");
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect(&path)).expect(&path);
+        assert_eq!(kyverno_reference(release), written, "{path}");
+    }
+}
+
 #[test]
 fn bindings_to_anyone_but_the_charts_own_accounts_are_kept_with_their_patterns() {
     assert!(

@@ -20,6 +20,16 @@ pub(super) struct Reference {
 }
 
 impl Reference {
+    /// What the reference role `role` says.
+    fn of(role: k8s_openapi::api::rbac::v1::ClusterRole) -> Reference {
+        let annotation = role.annotations().get(aggregation::AGGREGATIONS_ANNOTATION);
+        let aggregations = aggregation::entries(annotation.map_or("", String::as_str));
+        Reference {
+            aggregations,
+            rules: role.rules.unwrap_or_default(),
+        }
+    }
+
     /// What the ClusterRoles among `documents` would grant beyond this reference (what the chart's
     /// own ClusterRoles grant with its default values, for this release), one line each; and any
     /// that aggregates other roles otherwise than an approved line says. A release's identity may
@@ -109,13 +119,7 @@ fn unapproved_aggregation(
 /// What the chart's ClusterRoles may be for this controller's releases, as the operator wrote
 /// it; read only when a release renders a ClusterRole.
 pub(super) async fn read(context: &Context) -> Result<Reference, Error> {
-    let role = chart_role(context).await?;
-    let annotation = role.annotations().get(aggregation::AGGREGATIONS_ANNOTATION);
-    let aggregations = aggregation::entries(annotation.map_or("", String::as_str));
-    Ok(Reference {
-        aggregations,
-        rules: role.rules.unwrap_or_default(),
-    })
+    chart_role(context).await.map(Reference::of)
 }
 
 /// The bundle's reference role: what the chart's ClusterRoles may grant, and the approved
@@ -134,8 +138,6 @@ async fn chart_role(context: &Context) -> Result<k8s_openapi::api::rbac::v1::Clu
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use super::*;
     use crate::helm;
 
@@ -147,33 +149,12 @@ mod tests {
     }
 
     /// The reference role the operator writes for kyverno's `release` in `team`, every
-    /// aggregation approved for `team/kv`.
+    /// aggregation approved for `team/kv` (the operator's tests hold it to what it writes).
     fn kyverno_reference(release: &str) -> Reference {
-        let probe = crate::rbac::Probe::with_fullnames(vec!["kyverno".into()]);
-        let cluster_roles = crate::rbac::TypeRef {
-            api_version: "rbac.authorization.k8s.io/v1".into(),
-            kind: "ClusterRole".into(),
-        };
-        let resolved = crate::rbac::ResolvedKind {
-            group: "rbac.authorization.k8s.io".into(),
-            plural: "clusterroles".into(),
-            namespaced: false,
-        };
-        let footprint = crate::bundle::Footprint::derive(
-            &kyverno("relprobe"),
-            &probe,
-            &BTreeSet::new(),
-            &[(cluster_roles, resolved)].into(),
-        );
-        let place = crate::rbac::ReleasePlace {
-            release: release.into(),
-            namespace: "team".into(),
-        };
-        let entries = footprint.aggregation_entries("team/kv", std::slice::from_ref(&place));
-        Reference {
-            rules: footprint.chart_cluster_rules(&[place]),
-            aggregations: aggregation::entries(&entries.join("\n")),
-        }
+        let path =
+            format!("testdata/real-charts/kyverno-3.9.0-clusterroles/reference-{release}.json");
+        let role = std::fs::read_to_string(&path).expect(&path);
+        Reference::of(serde_json::from_str(&role).expect(&path))
     }
 
     #[test]
