@@ -155,7 +155,7 @@ async fn apply_timed(
         .await?;
     let selector = format!(
         "{DEFINITION_LABEL}={}",
-        compositor::bundle::definition_label(&applied)
+        compositor::definition::bundle::definition_label(&applied)
     );
     let mut established_at = None;
     let mut ready_at = None;

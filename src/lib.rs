@@ -6,7 +6,7 @@
 //!
 //! - the operator ([`definition`]) turns a CompositionDefinition into an API, data flowing one
 //!   way: [`chart`] (fetch and unpack) → [`schema`] (values.schema.json → structural schema)
-//!   → [`crd`] (names, versions, the CustomResourceDefinition) → [`bundle`] (the version's
+//!   → [`crd`] (names, versions, the CustomResourceDefinition) → [`definition::bundle`] (the version's
 //!   controller: Deployment, ServiceAccount, RBAC);
 //! - the controller ([`composition`]) turns each composition of one version into Helm
 //!   releases: values → placement (the targets, on the [`clusters`] registered) → release
@@ -15,7 +15,6 @@
 //! [`commands`] is the edge: each subcommand's flags, and the start-up both roles share.
 
 pub mod api;
-pub mod bundle;
 pub mod chart;
 pub mod clusters;
 pub mod commands;

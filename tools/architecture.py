@@ -10,8 +10,8 @@ Two graphs are drawn from `crate::`, `super::` and child-module paths:
   usual Rust layout and not an arrow.
 A floor is a step in the longest chain of arrows; a circle is a set of modules that reach each
 other. The operator (`definition`) and the controller (`composition`) are the two roles: the
-report says whether any arrow joins them other than through `api`, `rbac` and `runtime`, and
-whether the controller reaches into what only the operator writes (`bundle`).
+report says whether any arrow joins them other than through `api`, `rbac` and `runtime` (the
+operator's bundle included, in `definition/bundle/`).
 """
 
 import os
@@ -19,8 +19,6 @@ import re
 import sys
 
 ROLES = ("definition", "composition")
-# What only the operator writes, which the controller must not read from.
-OPERATOR_ONLY = ("bundle",)
 LONG_FILE = 500
 LONG_FUNCTION = 80
 
@@ -275,16 +273,6 @@ def main():
     ]
     print("arrows between the roles (%s): %d" % (" and ".join(ROLES), len(joined)))
     for m, u in sorted(joined):
-        print("  %s → %s" % (m, u))
-    reaching = [
-        (name(m), name(u))
-        for m, used in file_graph.items()
-        for u in used
-        if m[:1] == (ROLES[1],) and u[:1] and u[0] in OPERATOR_ONLY
-    ]
-    print("arrows from the controller into what the operator writes (%s): %d"
-          % (", ".join(OPERATOR_ONLY), len(reaching)))
-    for m, u in sorted(reaching):
         print("  %s → %s" % (m, u))
     long_files = sorted(((n, files[m]) for m, n in lengths.items() if n > LONG_FILE), reverse=True)
     print("files over %d lines: %d" % (LONG_FILE, len(long_files)))

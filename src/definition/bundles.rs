@@ -17,10 +17,10 @@ use crate::api::{
     ClusterPlacement, CompositionDefinition, DEFINITION_LABEL, DefinitionVersion, DriftWatch,
     NamespacePlacement, VersionFootprint,
 };
-use crate::bundle::{
+use crate::chart::Fetched;
+use crate::definition::bundle::{
     self, Controller as ControllerBundle, Footprint, Permissions, definition_label,
 };
-use crate::chart::Fetched;
 use crate::rbac::ReleasePlace;
 
 /// What a definition serves once its bundles are applied.
@@ -348,5 +348,5 @@ async fn require_approval(
 
 /// `namespace/name` of the definition, as grant lines name it.
 fn definition_ref(definition: &CompositionDefinition) -> String {
-    crate::bundle::definition_key(definition).to_string()
+    crate::definition::bundle::definition_key(definition).to_string()
 }

@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 
-use crate::bundle::Footprint;
+use crate::definition::bundle::Footprint;
 use crate::rbac::power::reserved_object;
 use crate::rbac::{ReleasePlace, ResolvedKind};
 

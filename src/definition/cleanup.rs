@@ -12,8 +12,8 @@ use kube::{Client, ResourceExt};
 
 use super::{Context, Error, objects};
 use crate::api::{CompositionDefinition, DEFINITION_LABEL, DeletionPolicy};
-use crate::bundle::{self, definition_label};
 use crate::crd::{NameOverrides, Names};
+use crate::definition::bundle::{self, definition_label};
 
 /// Deletion: with `Delete`, compositions go first (their controllers uninstall the releases),
 /// then the bundles, then the CRD if no other definition serves it; with `Orphan`, only the

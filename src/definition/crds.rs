@@ -237,7 +237,7 @@ async fn check_owner(
 /// otherwise update or delete. Checked before anything of the definition is written.
 pub(super) async fn check_chart_crds(
     client: &Client,
-    footprint: &crate::bundle::Footprint,
+    footprint: &crate::definition::bundle::Footprint,
 ) -> Result<(), Error> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let named = footprint

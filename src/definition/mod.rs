@@ -12,6 +12,7 @@
 //! definition is `cleanup`'s. `watches` drive it: the definitions, the objects they own, their
 //! compositions, and the registration Secrets.
 
+pub mod bundle;
 mod bundles;
 mod claims;
 mod cleanup;

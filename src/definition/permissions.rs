@@ -8,8 +8,8 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::json;
 
-use crate::bundle::Footprint;
 use crate::chart::{Fetched, Package};
+use crate::definition::bundle::Footprint;
 use crate::helm::{self, RenderedDocument, parse_documents};
 use crate::rbac::{
     PROBE_NAMESPACE, PROBE_RELEASE, Probe, ReleasePlace, ResolvedKind, TypeRef, chart_kinds,

@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 
 use super::{Context, Error, reconcile};
 use crate::api::{CompositionDefinition, DEFINITION_LABEL, OWNER_ANNOTATION, ObjectKey};
-use crate::bundle::bundle_kinds;
+use crate::definition::bundle::bundle_kinds;
 use crate::runtime::{self, ReconcileError};
 
 /// How often a definition waiting for an administrator's approval looks again.
