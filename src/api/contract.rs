@@ -85,6 +85,12 @@ impl ControllerIdentity {
         controller_name(&self.plural, &self.version)
     }
 
+    /// The name its events are reported under (`reportingController`):
+    /// `compositor-<plural>-<version>`, beside the operator's `compositor`.
+    pub fn reporter(&self) -> String {
+        format!("compositor-{}-{}", self.plural, self.version)
+    }
+
     /// The arguments the operator starts it with, which [`ControllerIdentity`] parses back.
     pub fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = [

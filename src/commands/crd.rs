@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{CommandError, context, default_cache_dir};
 use crate::api::SchemaInference;
-use crate::chart::{self, Cache, ChartRef, Package};
+use crate::chart::{self, Cache, ChartRef};
 use crate::crd::{self, BuildOptions, NameOverrides};
 use crate::schema::ConvertOptions;
 
@@ -59,37 +59,27 @@ pub struct CrdArgs {
 
 /// `compositor crd`: prints the CRD a chart becomes on stdout, its lossy steps on stderr.
 pub async fn crd(args: CrdArgs) -> Result<(), CommandError> {
-    let remote = ["http://", "https://", "oci://"]
-        .iter()
-        .any(|scheme| args.chart.starts_with(scheme));
-    let package = if remote {
-        let mut reference = ChartRef {
-            url: args.chart.clone(),
-            repo: args.repo.clone(),
-            version: args.chart_version.clone(),
-            insecure_skip_verify_tls: args.insecure_skip_tls_verify,
-            ..ChartRef::default()
-        };
-        if let Some(username) = &args.username {
-            let mut password = String::new();
-            if args.password_stdin {
-                std::io::stdin()
-                    .read_to_string(&mut password)
-                    .map_err(context("reading the password from stdin"))?;
-            }
-            reference =
-                reference.with_basic_auth(username, password.trim_end_matches(['\r', '\n']));
-        }
-        let cache = Cache::open(args.cache_dir.clone().unwrap_or_else(default_cache_dir))
-            .map_err(context("opening the chart cache"))?;
-        chart::fetch(&reference, &cache)
-            .await
-            .map_err(context(format!("chart {}", args.chart)))?
-            .package
-    } else {
-        Package::load(std::path::Path::new(&args.chart))
-            .map_err(context(format!("chart {}", args.chart)))?
+    let mut reference = ChartRef {
+        url: args.chart.clone(),
+        repo: args.repo.clone(),
+        version: args.chart_version.clone(),
+        insecure_skip_verify_tls: args.insecure_skip_tls_verify,
+        ..ChartRef::default()
     };
+    if let Some(username) = &args.username {
+        let mut password = String::new();
+        if args.password_stdin {
+            std::io::stdin()
+                .read_to_string(&mut password)
+                .map_err(context("reading the password from stdin"))?;
+        }
+        reference = reference.with_basic_auth(username, password.trim_end_matches(['\r', '\n']));
+    }
+    let cache = Cache::open(args.cache_dir.clone().unwrap_or_else(default_cache_dir))
+        .map_err(context("opening the chart cache"))?;
+    let package = chart::load_or_fetch(&reference, &cache)
+        .await
+        .map_err(context(format!("chart {}", args.chart)))?;
     let options = BuildOptions {
         names: NameOverrides {
             group: args.group,

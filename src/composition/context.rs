@@ -85,10 +85,7 @@ impl Context {
         )
         .await?;
         let reporter = Reporter {
-            controller: format!(
-                "compositor-{}-{}",
-                config.identity.plural, config.identity.version
-            ),
+            controller: config.identity.reporter(),
             instance: std::env::var("POD_NAME").ok(),
         };
         let definition = inputs::DefinitionWatch::start(

@@ -9,7 +9,7 @@ use super::grants::{self, VersionUse};
 use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
 };
-use super::objects::{self, ObjectKey};
+use super::objects::{self, DesiredKey};
 use super::permissions::Unserved;
 use super::{Context, Error, moves};
 use crate::api::GeneratedResource;
@@ -147,7 +147,7 @@ struct Applied {
     /// What its chart writes, for the status.
     footprint: VersionFootprint,
     /// Its objects.
-    keys: Vec<ObjectKey>,
+    keys: Vec<DesiredKey>,
     /// What could not be granted yet.
     warnings: Vec<String>,
     /// Kinds its chart writes that the cluster does not serve.

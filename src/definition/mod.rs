@@ -42,7 +42,7 @@ use kube::runtime::finalizer::Event;
 
 use crate::api::{
     CHART_RESOLVED, CONTROLLER_READY, Checks, CompositionDefinition, CompositionDefinitionStatus,
-    FINALIZER, READY, ResolvedChart, is_paused, set_condition,
+    FINALIZER, READY, is_paused, set_condition,
 };
 use crate::chart;
 use crate::crd::Names;
@@ -284,11 +284,7 @@ async fn resolve_chart(
                     .to_string(),
         }));
     }
-    status.chart = Some(ResolvedChart {
-        url: fetched.url.clone(),
-        version: fetched.version.clone(),
-        digest: fetched.digest.clone(),
-    });
+    status.chart = Some(fetched.resolved());
     set_condition(
         &mut status.conditions,
         CHART_RESOLVED,

@@ -13,11 +13,11 @@ use crate::api::APPLIED_HASH_ANNOTATION;
 /// Field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "compositor";
 
-/// Identity of an object: kind, namespace, name.
-pub type ObjectKey = (String, Option<String>, String);
+/// Which desired object: kind, namespace, name.
+pub type DesiredKey = (String, Option<String>, String);
 
-/// The identity of a desired object.
-pub fn key(object: &DynamicObject) -> ObjectKey {
+/// Which desired object `object` is.
+pub fn key(object: &DynamicObject) -> DesiredKey {
     let kind = object
         .types
         .as_ref()
@@ -77,7 +77,7 @@ pub async fn delete_stale(
     client: &Client,
     kinds: &[(ApiResource, bool)],
     selector: &str,
-    keep: &BTreeSet<ObjectKey>,
+    keep: &BTreeSet<DesiredKey>,
 ) -> Result<usize, kube::Error> {
     let mut deleted = 0;
     for (resource, _namespaced) in kinds {

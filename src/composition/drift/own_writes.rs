@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// An object on a cluster: (cluster, UID).
-type ObjectKey = (String, String);
+type ObjectOnCluster = (String, String);
 
 /// How long a written version waits for its event; a watch that relisted meanwhile shows the
 /// object as it is, and a signature it already knows is no change anyway.
@@ -19,7 +19,7 @@ const EVENT_WAIT: Duration = Duration::from_secs(60);
 /// The corrections in flight and the versions they wrote, with the events (`T`) held back
 /// meanwhile.
 pub(super) struct OwnWrites<T> {
-    objects: Mutex<HashMap<ObjectKey, State<T>>>,
+    objects: Mutex<HashMap<ObjectOnCluster, State<T>>>,
 }
 
 enum State<T> {
@@ -88,7 +88,7 @@ impl<T> OwnWrites<T> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, State<T>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectOnCluster, State<T>>> {
         self.objects
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
