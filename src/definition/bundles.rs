@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::claims;
+use super::footprint::Unserved;
 use super::grants::{self, VersionUse};
 use super::inputs::{
     chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
 };
 use super::objects::{self, DesiredKey};
-use super::permissions::Unserved;
 use super::{Context, Error, moves};
 use crate::api::GeneratedResource;
 use crate::api::{

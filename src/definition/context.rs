@@ -9,7 +9,7 @@ use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Mutex;
 
-use super::{clusters, compositions, permissions};
+use super::{clusters, compositions, footprint};
 use crate::api::CompositionDefinition;
 use crate::chart::Cache;
 use crate::helm;
@@ -44,7 +44,7 @@ pub struct Context {
     pub(super) metrics: Arc<Metrics>,
     /// Chart footprints by chart digest (a chart's content never changes under its digest),
     /// with how many times each was learnt.
-    pub(super) footprints: Mutex<BTreeMap<String, (permissions::ChartFootprint, u32)>>,
+    pub(super) footprints: Mutex<BTreeMap<String, (footprint::ChartFootprint, u32)>>,
     /// The composition watch of each definition.
     pub(super) compositions: compositions::Watches,
     /// The registration Secrets of the clusters namespace, and which each placement selects.

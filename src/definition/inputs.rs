@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use super::{Context, Error, permissions};
+use super::{Context, Error, footprint};
 use crate::api::{CaBundleKind, ClusterPlacement, CompositionDefinition};
 use crate::chart::{self, Fetched, credentials::RefPolicy};
 use crate::crd::{self, BuildOptions, NameOverrides};
@@ -69,7 +69,7 @@ pub(super) fn referenced_config_maps(
 pub(super) async fn chart_footprint(
     context: &Context,
     fetched: &Fetched,
-) -> permissions::ChartFootprint {
+) -> footprint::ChartFootprint {
     let attempts = {
         let known = context.footprints.lock().await;
         match known.get(&fetched.digest) {
@@ -78,7 +78,7 @@ pub(super) async fn chart_footprint(
             None => 0,
         }
     };
-    let mut footprint = permissions::footprint_of(&context.client, &context.helm, fetched).await;
+    let mut footprint = footprint::footprint_of(&context.client, &context.helm, fetched).await;
     if footprint.incomplete() {
         footprint.retry_at = Some(Instant::now() + retry_delay(attempts));
     }
@@ -91,7 +91,7 @@ pub(super) async fn chart_footprint(
 }
 
 /// Whether a footprint should be learnt again: it is incomplete and its back-off has passed.
-fn due(footprint: &permissions::ChartFootprint) -> bool {
+fn due(footprint: &footprint::ChartFootprint) -> bool {
     footprint.incomplete() && footprint.retry_at.is_none_or(|at| at <= Instant::now())
 }
 

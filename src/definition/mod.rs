@@ -21,11 +21,11 @@ mod compositions;
 mod context;
 mod crds;
 mod error;
+mod footprint;
 mod grants;
 mod inputs;
 mod moves;
 mod objects;
-mod permissions;
 mod report;
 mod watches;
 
