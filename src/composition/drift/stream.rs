@@ -134,9 +134,9 @@ pub(super) async fn run(
             let api = api::<DynamicObject>(client, &resource, namespace);
             let events = watcher(api, config).default_backoff();
             let drift = Drift::new(&shared, &key, &resource);
-            let mut relisted = None;
+            let mut relist = Relist::default();
             let judge =
-                |event: &Event<DynamicObject>| shared.judge(&key, &resource, event, &mut relisted);
+                |event: &Event<DynamicObject>| shared.judge(&key, &resource, event, &mut relist);
             follow(events, ready, drift, (judge, lost), |object| {
                 object.metadata
             })
@@ -145,9 +145,9 @@ pub(super) async fn run(
         Reads::Pods => {
             let api = api::<DynamicObject>(client, &resource, namespace);
             let events = watcher(api, config).default_backoff();
-            let mut relisted = None;
+            let mut relist = Relist::default();
             let judge = |event: &Event<DynamicObject>| {
-                shared.judge_pods(cluster, namespace, event, &mut relisted)
+                shared.judge_pods(cluster, namespace, event, &mut relist)
             };
             follow(events, ready, Drift::none(), (judge, lost), |object| {
                 object.metadata
@@ -202,6 +202,28 @@ fn unanswered(error: &watcher::Error) -> bool {
         | watcher::Error::WatchStartFailed(error)
         | watcher::Error::WatchFailed(error) => !matches!(error, kube::Error::Api(_)),
         watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => false,
+    }
+}
+
+/// The UIDs a watch's relist shows, from its `Init` to its `InitDone`: what it does not show
+/// again is gone.
+#[derive(Default)]
+struct Relist(Option<HashSet<String>>);
+
+impl Relist {
+    /// Notes what `event` tells of a relist; at its end, the UIDs it showed.
+    fn note(&mut self, event: &Event<DynamicObject>) -> Option<HashSet<String>> {
+        match event {
+            Event::Init => self.0 = Some(HashSet::new()),
+            Event::InitApply(object) | Event::Apply(object) => {
+                if let Some(shown) = &mut self.0 {
+                    shown.insert(object.metadata.uid.clone().unwrap_or_default());
+                }
+            }
+            Event::InitDone => return Some(self.0.take().unwrap_or_default()),
+            Event::Delete(_) => {}
+        }
+        None
     }
 }
 
@@ -267,76 +289,57 @@ where
 
 impl Shared {
     /// Judges the object `event` of the watch `key` of `resource` carries, and after a relist
-    /// (`relisted`, the UIDs it showed) forgets the objects it did not show; a release whose
-    /// health that changes is reconciled.
+    /// (`relist`) forgets the objects it did not show; a release whose health that changes is
+    /// reconciled.
     fn judge(
         &self,
         key: &WatchKey,
         resource: &ApiResource,
         event: &Event<DynamicObject>,
-        relisted: &mut Option<HashSet<String>>,
+        relist: &mut Relist,
     ) {
         let cluster = key.cluster.as_str();
-        let changed = match event {
-            Event::Init => {
-                *relisted = Some(HashSet::new());
-                Vec::new()
-            }
-            Event::InitApply(object) | Event::Apply(object) => {
-                if let Some(relisted) = relisted {
-                    relisted.insert(object.metadata.uid.clone().unwrap_or_default());
-                }
+        let changed = match (event, relist.note(event)) {
+            (Event::InitApply(object) | Event::Apply(object), _) => {
                 self.health.saw(cluster, object).into_iter().collect()
             }
-            Event::Delete(object) => {
+            (Event::Delete(object), _) => {
                 let uid = object.metadata.uid.as_deref().unwrap_or_default();
                 self.health.gone(cluster, uid).into_iter().collect()
             }
-            Event::InitDone => {
-                let relisted = relisted.take().unwrap_or_default();
+            (_, Some(shown)) => {
                 let kind = format!("{}/{}", resource.group, resource.kind);
                 let scope = |namespace: Option<&str>, name: &str| match &key.watched {
                     Watched::Everywhere => true,
                     Watched::Namespace(watched) => namespace == Some(watched.as_str()),
                     Watched::Object(watched) => name == watched,
                 };
-                self.health.relisted(cluster, &kind, scope, &relisted)
+                self.health.relisted(cluster, &kind, scope, &shown)
             }
+            (_, None) => Vec::new(),
         };
         for release in changed {
             self.wake(&release);
         }
     }
 
-    /// Judges the Pod `event` carries, and after a relist (`relisted`, the UIDs it showed)
-    /// forgets the Pods it did not show; the releases whose workloads that changes are
-    /// reconciled.
+    /// Judges the Pod `event` carries, and after a relist (`relist`) forgets the Pods it did
+    /// not show; the releases whose workloads that changes are reconciled.
     fn judge_pods(
         &self,
         cluster: &str,
         namespace: Option<&str>,
         event: &Event<DynamicObject>,
-        relisted: &mut Option<HashSet<String>>,
+        relist: &mut Relist,
     ) {
-        let changed = match event {
-            Event::Init => {
-                *relisted = Some(HashSet::new());
-                Vec::new()
-            }
-            Event::InitApply(pod) | Event::Apply(pod) => {
-                if let Some(relisted) = relisted {
-                    relisted.insert(pod.metadata.uid.clone().unwrap_or_default());
-                }
-                self.health.pod(cluster, pod)
-            }
-            Event::Delete(pod) => {
+        let changed = match (event, relist.note(event)) {
+            (Event::InitApply(pod) | Event::Apply(pod), _) => self.health.pod(cluster, pod),
+            (Event::Delete(pod), _) => {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 self.health.pod_gone(cluster, uid)
             }
-            Event::InitDone => {
-                let relisted = relisted.take().unwrap_or_default();
-                self.health.pods_relisted(cluster, namespace, &relisted)
-            }
+            (_, Some(shown)) => self.health.pods_relisted(cluster, namespace, &shown),
+            (_, None) => Vec::new(),
         };
         for release in changed {
             self.wake(&release);
