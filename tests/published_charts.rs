@@ -99,13 +99,25 @@ async fn installs_as_helm_does(file: &str, plural: &str, name: &str, values: Val
     );
     // Objects the chart keeps past an uninstall (`helm.sh/resource-policy: keep`, as argo-cd's
     // CRDs) are still the administrator's release's: Helm would refuse to take them over.
+    // A CRD goes once its objects are cleaned up: until then Helm would find it, still the
+    // administrator's.
     let crds = Api::<CustomResourceDefinition>::all(fixture.client.clone());
-    for crd in crds.list(&ListParams::default()).await.unwrap() {
-        if crd.annotations().get("meta.helm.sh/release-name") == Some(&baseline) {
-            let name = crd.name_any();
-            crds.delete(&name, &DeleteParams::default()).await.unwrap();
-        }
+    let baselines = || async {
+        let listed = crds.list(&ListParams::default()).await.unwrap().items;
+        let theirs = listed
+            .into_iter()
+            .filter(|crd| crd.annotations().get("meta.helm.sh/release-name") == Some(&baseline));
+        theirs.map(|crd| crd.name_any()).collect::<Vec<_>>()
+    };
+    for name in baselines().await {
+        crds.delete(&name, &DeleteParams::default()).await.unwrap();
     }
+    support::eventually(
+        "the baseline's CRDs are gone",
+        Duration::from_secs(60),
+        || async { baselines().await.is_empty() },
+    )
+    .await;
 
     let definition = fixture.define(plural, &publish(&chart), json!({})).await;
     let started = Instant::now();
