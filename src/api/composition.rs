@@ -95,6 +95,9 @@ pub struct ClusterStatus {
     /// Helm revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The chart version `phase` speaks of: installed when Ready, tried when Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_version: Option<String>,
     /// State on this cluster.
     pub phase: Phase,
     /// `sha256:` over chart digest, values, target and engine version; unchanged means no Helm work.

@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{CaBundleRef, ChartCredentials, HealthSpec};
+use super::{CaBundleRef, ChartCredentials, HealthSpec, RolloutSpec, RolloutStatus};
 
 /// A Helm chart served as a Kubernetes API: one CRD version per chart version, and one
 /// controller per CRD version that installs the chart for every object of that version.
@@ -53,6 +53,9 @@ pub struct CompositionDefinitionSpec {
     /// to be healthy before it is Ready.
     #[serde(default)]
     pub health: HealthSpec,
+    /// How a new chart version reaches the compositions: in waves gated by health.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
     /// What the controllers may do beyond what the chart's default render shows.
     #[serde(default, skip_serializing_if = "PermissionsSpec::is_empty")]
     pub permissions: PermissionsSpec,
@@ -357,6 +360,9 @@ pub struct CompositionDefinitionStatus {
     /// the controllers are granted them; absent when the placement is `Local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_secrets: Option<Vec<String>>,
+    /// The latest move of the compositions to a new chart version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
 }
 
 /// A resolved chart.

@@ -7,6 +7,7 @@ mod contract;
 mod credentials;
 mod definition;
 mod health;
+mod rollout;
 
 pub use composition::{
     CLUSTER_REF, ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState,
@@ -28,6 +29,10 @@ pub use definition::{
     PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
 };
 pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec};
+pub use rollout::{
+    FailedRelease, MOVE_CLUSTERS_ANNOTATION, OnFailure, RETRY_ROLLOUT_ANNOTATION, RolloutPhase,
+    RolloutSpec, RolloutStatus, clusters_moving_to, move_clusters_value,
+};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;

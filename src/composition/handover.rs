@@ -2,7 +2,9 @@
 //! composition over by relabelling it, in a reconcile of its own, so none of its Helm calls
 //! for it can still be running. It does so when the operator asks (a compatible chart version),
 //! and it hands back a composition its owner moved to it whose values its chart refuses, so
-//! the release is neither touched nor left without a controller.
+//! the release is neither touched nor left without a controller. During a rollout, it takes
+//! over a composition's releases one cluster at a time: those the operator has not let move
+//! yet stay as the previous version left them.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -12,7 +14,10 @@ use serde_json::json;
 use super::inputs::fetch_chart;
 use super::status::{publish, status_of};
 use super::{Context, Error, values_of};
-use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, VERSION_LABEL};
+use crate::api::{
+    ClusterStatus, CompositionDefinition, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION,
+    MOVE_REFUSED_ANNOTATION, VERSION_LABEL, clusters_moving_to,
+};
 use crate::runtime::events::EventType;
 
 /// A move this controller refuses.
@@ -102,4 +107,25 @@ pub async fn refused_move(
         chart: here.chart_version.clone(),
         violations: listed.join("; "),
     }))
+}
+
+/// The clusters where `object`'s release stays as another chart version left it: a rollout to
+/// `version` (this controller's) names the clusters it has reached, and the release recorded
+/// there runs another chart than `chart_version`. A cluster with no release yet is never held.
+pub fn not_reached(
+    object: &DynamicObject,
+    version: &str,
+    chart_version: &str,
+    recorded: &[ClusterStatus],
+) -> Vec<String> {
+    let annotation = object.annotations().get(MOVE_CLUSTERS_ANNOTATION);
+    let Some(reached) = clusters_moving_to(annotation.map(String::as_str), version) else {
+        return Vec::new();
+    };
+    recorded
+        .iter()
+        .filter(|entry| !reached.contains(&entry.name))
+        .filter(|entry| entry.chart_version.as_deref() != Some(chart_version))
+        .map(|entry| entry.name.clone())
+        .collect()
 }

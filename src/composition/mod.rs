@@ -235,9 +235,18 @@ async fn install(
     confinement::check_claims(definition, &context.config.identity.version, &targets)?;
     let withhold = chart.looks_up || !templates.is_empty();
     let writable = confinement::writable_patterns(definition, &context.config.identity.version);
+    let mine = &context.config.identity.version;
+    let held = handover::not_reached(object, mine, &chart.fetched.version, writer.entries());
+    let (reached, held): (Vec<_>, Vec<_>) = targets
+        .iter()
+        .partition(|target| !held.contains(&target.cluster));
+    for target in held {
+        let phase = writer.recorded(&target.cluster).map(|entry| entry.phase);
+        writer.record_target(phase.unwrap_or(Phase::Ready), None);
+    }
     // Side by side: a slow or dead cluster holds back no other.
     let shared = futures::lock::Mutex::new(&mut *writer);
-    let outcomes = futures::future::join_all(targets.iter().map(|target| {
+    let outcomes = futures::future::join_all(reached.iter().map(|target| {
         let inputs = ReleaseInputs {
             chart: &chart.fetched,
             values: &values,
@@ -251,7 +260,7 @@ async fn install(
     drop(shared);
     let mut first_failure = None;
     let mut due = context.config.resync;
-    for (target, outcome) in targets.iter().zip(outcomes) {
+    for (target, outcome) in reached.into_iter().zip(outcomes) {
         let recorded = writer.recorded(&target.cluster);
         let entry = match outcome {
             Ok(Outcome::UpToDate(settled)) => {

@@ -97,6 +97,7 @@ pub fn failed_entry(
         namespace: target.namespace.clone(),
         release: target.release.clone(),
         revision: recorded.and_then(|c| c.revision),
+        chart_version: recorded.and_then(|c| c.chart_version.clone()),
         phase: Phase::Failed,
         fingerprint: recorded.and_then(|c| c.fingerprint.clone()),
         final_failure: None,

@@ -393,6 +393,7 @@ impl TargetRelease<'_> {
             namespace: self.target.namespace.clone(),
             release: self.target.release.clone(),
             revision,
+            chart_version: Some(self.chart.version.clone()),
             phase,
             fingerprint,
             final_failure: None,

@@ -103,6 +103,11 @@ impl ClusterSecrets {
         Ok(selected_secrets(placement, listed))
     }
 
+    /// Every registered cluster's labels, by name, as last listed.
+    pub(super) fn labels(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        registered(&self.stores)
+    }
+
     /// The definitions in `definitions` that place beyond the management cluster, each time
     /// the registration Secrets' names or labels change.
     pub(super) fn changes(

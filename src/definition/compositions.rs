@@ -3,6 +3,10 @@
 //! controller may be retired. One watch runs per definition, through a served version of its
 //! CRD ([`Watches`]).
 //!
+//! While a rollout moves a composition (it carries `compositor.dev/move-to` or
+//! `compositor.dev/move-clusters`), every change of it is such a change too: its status says
+//! when a moved release is healthy, which lets the next wave go.
+//!
 //! A controller's claim of a new composition (the version label on one that had none) is no such
 //! change when the label names the version unlabelled compositions are counted under: every
 //! composition is claimed once, and a reconcile for each would list every composition again,
@@ -20,7 +24,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::api::{CompositionDefinition, VERSION_LABEL};
+use crate::api::{CompositionDefinition, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION, VERSION_LABEL};
 use crate::crd::Names;
 
 /// The composition watch of each definition, each sending its definition on `triggers`.
@@ -146,10 +150,12 @@ fn spawn(
             let changed = match event {
                 Ok(watcher::Event::Apply(meta)) => {
                     let now = label(&meta);
+                    let moving = in_rollout(&meta);
                     match known.insert(key(&meta), now.clone()) {
                         None => true,
                         Some(before) => {
-                            before != now && !is_claim(&before, &now, &counted_as.borrow())
+                            moving
+                                || before != now && !is_claim(&before, &now, &counted_as.borrow())
                         }
                     }
                 }
@@ -174,6 +180,12 @@ fn spawn(
             }
         }
     })
+}
+
+/// Whether a rollout is moving the composition.
+fn in_rollout(meta: &PartialObjectMeta<DynamicObject>) -> bool {
+    let annotations = meta.annotations();
+    annotations.contains_key(MOVE_ANNOTATION) || annotations.contains_key(MOVE_CLUSTERS_ANNOTATION)
 }
 
 /// Whether a composition's version label going from `before` to `now` is its controller's

@@ -45,6 +45,9 @@ pub enum Error {
     /// A health check of the definition does not compile.
     #[error(transparent)]
     HealthCheck(#[from] crate::api::CheckError),
+    /// `spec.rollout` cannot be followed; the message names the field.
+    #[error("{0}")]
+    Rollout(String),
     /// A republished chart version changes its schema incompatibly.
     #[error("version {version} cannot be updated: {detail}")]
     SchemaConflict {
@@ -112,6 +115,7 @@ impl Error {
             Error::AggregatedRoles { .. } => (CONTROLLER_READY, "AggregatedRoleNotAllowed"),
             Error::SchemaConflict { .. } => (CRD_READY, "SchemaConflict"),
             Error::HealthCheck(_) => (READY, "InvalidHealthCheck"),
+            Error::Rollout(_) => (READY, "InvalidRollout"),
             Error::Waiting(_) => (CRD_READY, "Progressing"),
             Error::CompositionsRemaining(_) => (READY, "DeletingCompositions"),
             Error::Bundle(_) => (CONTROLLER_READY, "InvalidBundle"),
@@ -134,6 +138,7 @@ impl ReconcileError for Error {
             | Error::AggregatedRoles { .. }
             | Error::SchemaConflict { .. }
             | Error::HealthCheck(_)
+            | Error::Rollout(_)
             | Error::Bundle(_) => true,
             _ => false,
         }

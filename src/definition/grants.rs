@@ -13,8 +13,9 @@ use serde_json::json;
 
 use super::{Error, objects};
 use crate::api::{
-    MOVE_ANNOTATION, MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
-    RELEASE_NAME_ANNOTATION, VERSION_LABEL, is_reserved_namespace,
+    ClusterStatus, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION, MOVE_REFUSED_ANNOTATION,
+    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION, VERSION_LABEL,
+    is_reserved_namespace,
 };
 use crate::crd::Names;
 use crate::rbac::ReleasePlace;
@@ -42,6 +43,8 @@ pub struct CompositionUse {
     pub move_refused_by: Option<String>,
     /// Whether its owner paused it (it then stays where it is).
     pub paused: bool,
+    /// Its `compositor.dev/move-clusters` annotation: the releases a rollout lets move.
+    pub move_clusters: Option<String>,
 }
 
 impl CompositionUse {
@@ -62,6 +65,8 @@ pub struct VersionUse {
     /// Compositions that moved away but whose release the new version has not taken over yet:
     /// until it has, they may come back (a refused move), so the version stays.
     pub settling: usize,
+    /// Each composition's releases as its status records them, by namespace and name.
+    pub releases: BTreeMap<(String, String), Vec<ClusterStatus>>,
 }
 
 impl VersionUse {
@@ -149,20 +154,21 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
     }
     let annotation = item.annotations().get(RELEASE_NAME_ANNOTATION);
     let release = crate::api::release_name(annotation.map(String::as_str), &item.name_any());
-    by_version
-        .entry(version)
-        .or_default()
-        .compositions
-        .insert(CompositionUse {
-            namespace: item.namespace().unwrap_or_default(),
-            name: item.name_any(),
-            release: release.ok(),
-            uid: item.uid().unwrap_or_default(),
-            deleting: item.metadata.deletion_timestamp.is_some(),
-            move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
-            move_refused_by: item.annotations().get(MOVE_REFUSED_ANNOTATION).cloned(),
-            paused: crate::api::is_paused(&item.metadata),
-        });
+    let used = by_version.entry(version).or_default();
+    let key = (item.namespace().unwrap_or_default(), item.name_any());
+    let recorded = serde_json::from_value(item.data["status"]["clusters"].clone());
+    used.releases.insert(key, recorded.unwrap_or_default());
+    used.compositions.insert(CompositionUse {
+        namespace: item.namespace().unwrap_or_default(),
+        name: item.name_any(),
+        release: release.ok(),
+        uid: item.uid().unwrap_or_default(),
+        deleting: item.metadata.deletion_timestamp.is_some(),
+        move_to: item.annotations().get(MOVE_ANNOTATION).cloned(),
+        move_refused_by: item.annotations().get(MOVE_REFUSED_ANNOTATION).cloned(),
+        paused: crate::api::is_paused(&item.metadata),
+        move_clusters: item.annotations().get(MOVE_CLUSTERS_ANNOTATION).cloned(),
+    });
 }
 
 /// The namespaces of compositions placed in a namespace of their own.

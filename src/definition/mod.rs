@@ -27,10 +27,10 @@ mod inputs;
 mod moves;
 mod objects;
 mod report;
+mod rollout;
 mod watches;
 
 use inputs::fetch;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,58 +102,50 @@ async fn apply(
     let mut status = previous.clone();
     let result = converge(definition, context, &mut status).await;
     let generation = definition.metadata.generation;
-    match &result {
-        Ok(_) => {
-            let message = match &status.crd {
-                Some(crd) => format!(
-                    "{} {} is served by {} controller(s)",
-                    crd.kind,
-                    crd.stored_version,
-                    status.versions.len()
-                ),
-                None => "ready".to_string(),
-            };
-            set_condition(
-                &mut status.conditions,
-                READY,
-                true,
-                "Ready",
-                &message,
-                generation,
-            );
-            status.observed_generation = generation;
-        }
-        Err(error) => {
-            let (condition, reason) = error.reason();
-            let message = crate::runtime::error_message(error);
-            if condition != READY {
-                set_condition(
-                    &mut status.conditions,
-                    condition,
-                    false,
-                    reason,
-                    &message,
-                    generation,
-                );
-            }
-            set_condition(
-                &mut status.conditions,
-                READY,
-                false,
-                reason,
-                &message,
-                generation,
-            );
-            if error.is_terminal() {
-                status.observed_generation = generation;
-            }
-        }
+    let (ready, reason, message) = match &result {
+        Ok(_) => match rollout::stopped(status.rollout.as_ref()) {
+            Some((reason, message)) => (false, reason, message),
+            None => (true, "Ready", served_message(&status)),
+        },
+        Err(error) => (
+            false,
+            error.reason().1,
+            crate::runtime::error_message(error),
+        ),
+    };
+    let conditions = &mut status.conditions;
+    if let Err(error) = &result
+        && let (condition, _) = error.reason()
+        && condition != READY
+    {
+        set_condition(conditions, condition, false, reason, &message, generation);
+    }
+    set_condition(conditions, READY, ready, reason, &message, generation);
+    if result
+        .as_ref()
+        .err()
+        .is_none_or(ReconcileError::is_terminal)
+    {
+        status.observed_generation = generation;
     }
     report::publish_transition(context, definition, &previous, &status).await;
     if status != previous {
         report::write_status(api, definition, status).await?;
     }
     result
+}
+
+/// What a Ready definition says: its kind, version and controllers.
+fn served_message(status: &CompositionDefinitionStatus) -> String {
+    match &status.crd {
+        Some(crd) => format!(
+            "{} {} is served by {} controller(s)",
+            crd.kind,
+            crd.stored_version,
+            status.versions.len()
+        ),
+        None => "ready".to_string(),
+    }
 }
 
 /// Resolves, builds and applies everything, updating `status` step by step.
@@ -163,7 +155,10 @@ async fn converge(
     status: &mut CompositionDefinitionStatus,
 ) -> Result<Action, Error> {
     Checks::compile(&definition.spec.health.checks)?;
-    let fetched = resolve_chart(definition, context, status).await?;
+    if let Some(problem) = definition.spec.rollout.problem() {
+        return Err(Error::Rollout(problem));
+    }
+    let (fetched, held) = resolve_chart(definition, context, status).await?;
     let footprint = inputs::chart_footprint(context, &fetched).await;
     crds::check_chart_crds(&context.client, &footprint.footprint).await?;
     let roles = footprint.footprint.refused_aggregations();
@@ -188,8 +183,13 @@ async fn converge(
     let current = &crd.resource.version;
     context.compositions.start(definition, names, current);
 
-    let compositions = grants::list_compositions(&context.client, names, current).await?;
-    let breaks = moves::breaks_to(&crd.live, current);
+    let mut compositions = grants::list_compositions(&context.client, names, current).await?;
+    let mut breaks = moves::breaks_to(&crd.live, current);
+    let course = rollout::Course::of(definition, &fetched.version, held);
+    course.adjust_breaks(&mut breaks);
+    if let Some(kept) = course.keeps() {
+        compositions.entry(kept).or_default();
+    }
     let served = bundles::apply(
         definition,
         context,
@@ -206,16 +206,15 @@ async fn converge(
     // Published once every controller may read them, so that none watches a Secret it may
     // not read yet.
     status.cluster_secrets = cluster_secrets.map(|names| names.into_iter().collect());
-    let moving = follow_current_version(
-        definition,
-        context,
-        names,
-        current,
-        &compositions,
-        &breaks,
-        &crd.live,
-    )
-    .await?;
+    let fleet = rollout::Fleet {
+        compositions: &compositions,
+        breaks: &breaks,
+        current: (current, &fetched.version),
+        cluster_labels: &context.cluster_secrets.labels(),
+    };
+    let moving =
+        follow_current_version(definition, context, names, course, fleet, &crd.live, status)
+            .await?;
 
     status.inferred = crd.inferred;
     Ok(record_served(
@@ -267,14 +266,19 @@ fn record_served(
     }
 }
 
-/// Fetches the chart the definition names (the ChartResolved step); a chart that creates no
-/// objects is refused, since there would be nothing to install.
+/// Fetches the chart the definition names (the ChartResolved step), or the one a failed rollout
+/// of that version returned to, and says which; a chart that creates no objects is refused,
+/// since there would be nothing to install.
 async fn resolve_chart(
     definition: &CompositionDefinition,
     context: &Context,
     status: &mut CompositionDefinitionStatus,
-) -> Result<chart::Fetched, Error> {
-    let fetched = fetch(definition, context, definition.spec.chart.version.clone()).await?;
+) -> Result<(chart::Fetched, bool), Error> {
+    let mut fetched = fetch(definition, context, definition.spec.chart.version.clone()).await?;
+    let held = rollout::held_back(definition, &fetched.version);
+    if let Some(from) = &held {
+        fetched = fetch(definition, context, Some(from.clone())).await?;
+    }
     if !fetched.package.renders_objects() {
         return Err(Error::Chart(chart::Error::InvalidChart {
             chart: format!("{} {}", fetched.url, fetched.version),
@@ -293,24 +297,32 @@ async fn resolve_chart(
         &format!("{} {}", fetched.package.name(), fetched.version),
         definition.metadata.generation,
     );
-    Ok(fetched)
+    Ok((fetched, held.is_some()))
 }
 
-/// Moves compositions of compatible older versions to `current` and, once every composition is
-/// there, retires the other versions. Whether something is still under way.
+/// Moves compositions of compatible older versions to `current`, as the rollout paces them,
+/// and records the rollout in `status`; once every composition is there and no rollout may
+/// return, retires the other versions. Whether something is still under way.
 async fn follow_current_version(
     definition: &CompositionDefinition,
     context: &Context,
     names: &Names,
-    current: &str,
-    compositions: &BTreeMap<String, grants::VersionUse>,
-    breaks: &BTreeMap<String, Vec<String>>,
+    course: rollout::Course,
+    fleet: rollout::Fleet<'_>,
     live_crd: &CustomResourceDefinition,
+    status: &mut CompositionDefinitionStatus,
 ) -> Result<bool, Error> {
-    let moving = moves::hand_over(&context.client, names, current, compositions, breaks).await?;
+    let settled = course.settled();
+    let (current, _) = fleet.current;
+    let compositions = fleet.compositions;
+    let (record, moving) = rollout::follow(course, definition, context, names, fleet).await?;
+    status.rollout = record;
     let settling = compositions.values().any(|used| used.settling > 0);
-    if moving > 0 || settling || compositions.keys().any(|version| version != current) {
-        return Ok(moving > 0 || settling);
+    let elsewhere = compositions
+        .iter()
+        .any(|(version, used)| version != current && !used.compositions.is_empty());
+    if moving || settling || elsewhere || !settled {
+        return Ok(moving || settling);
     }
     // The watch must not read through a version about to go.
     context.compositions.move_to(definition, names, current);

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::Error;
 use super::grants::{CompositionUse, VersionUse};
-use crate::api::MOVE_ANNOTATION;
+use crate::api::{MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION};
 use crate::crd::{self, Names};
 
 /// The schema breaks from each version of the CRD to `current` (empty: compatible).
@@ -40,44 +40,54 @@ pub fn breaks_to(crd: &CustomResourceDefinition, current: &str) -> BTreeMap<Stri
         .collect()
 }
 
-/// Asks the controllers of compatible older versions to hand their compositions over to
-/// `current`. Returns how many compositions are on their way.
-pub async fn hand_over(
-    client: &Client,
-    names: &Names,
-    current: &str,
-    compositions: &BTreeMap<String, VersionUse>,
-    breaks: &BTreeMap<String, Vec<String>>,
-) -> Result<usize, Error> {
+/// What the operator asks of one composition: to move to a version, and on which clusters
+/// its releases may (`None`: every one, and the annotation goes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// Namespace of the composition.
+    pub namespace: String,
+    /// Name of the composition.
+    pub name: String,
+    /// The version to move to; `Some(None)` withdraws a request, `None` leaves it.
+    pub move_to: Option<Option<String>>,
+    /// The `compositor.dev/move-clusters` value, or none.
+    pub clusters: Option<String>,
+}
+
+impl Ask {
+    /// An ask that changes nothing of `composition` as listed.
+    pub fn changes(&self, composition: &CompositionUse) -> bool {
+        let moves = self
+            .move_to
+            .as_ref()
+            .is_some_and(|to| to != &composition.move_to);
+        moves || self.clusters != composition.move_clusters
+    }
+}
+
+/// Annotates each composition as `asks` say, through `current`'s resource; one gone meanwhile
+/// is skipped.
+pub async fn ask(client: &Client, names: &Names, current: &str, asks: &[Ask]) -> Result<(), Error> {
     let resource = resource(names, current);
-    let mut moving = 0;
-    for composition in movable(compositions, breaks, current) {
-        moving += 1;
-        if composition.move_to.as_deref() == Some(current) {
-            continue;
+    for ask in asks {
+        let api = Api::<DynamicObject>::namespaced_with(client.clone(), &ask.namespace, &resource);
+        let mut annotations = json!({MOVE_CLUSTERS_ANNOTATION: ask.clusters});
+        if let Some(to) = &ask.move_to {
+            annotations[MOVE_ANNOTATION] = json!(to);
         }
-        let api = Api::<DynamicObject>::namespaced_with(
-            client.clone(),
-            &composition.namespace,
-            &resource,
-        );
-        let ask = json!({"metadata": {"annotations": {MOVE_ANNOTATION: current}}});
+        let patch = json!({"metadata": {"annotations": annotations}});
         match api
-            .patch(
-                &composition.name,
-                &PatchParams::default(),
-                &Patch::Merge(ask),
-            )
+            .patch(&ask.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => {
-                tracing::info!(composition = %composition.name, namespace = %composition.namespace, to = current, "asked to move");
+                tracing::info!(composition = %ask.name, namespace = %ask.namespace, to = ?ask.move_to, clusters = ?ask.clusters, "asked to move");
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => return Err(Error::Kube("ask a composition to move", error)),
         }
     }
-    Ok(moving)
+    Ok(())
 }
 
 /// The compositions of compatible older versions that move to `current`: the new controller is
@@ -176,6 +186,7 @@ mod tests {
             move_to: None,
             move_refused_by: None,
             paused: false,
+            move_clusters: None,
         }
     }
 

@@ -6,7 +6,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, Error, FIELD_MANAGER};
-use crate::api::{CompositionDefinition, CompositionDefinitionStatus, READY, find_condition};
+use crate::api::{
+    CompositionDefinition, CompositionDefinitionStatus, READY, RolloutPhase, find_condition,
+};
 use crate::runtime::events::EventType;
 
 /// Writes `status` on the status subresource, as the operator's own.
@@ -48,6 +50,9 @@ pub(super) async fn publish_transition(
         )
         .await;
     }
+    if let Some((type_, reason, note)) = rollout_change(before, after) {
+        publish(context, definition, type_, reason, note).await;
+    }
     let old =
         find_condition(&before.conditions, READY).map(|c| (c.status.clone(), c.reason.clone()));
     let Some(new) = find_condition(&after.conditions, READY) else {
@@ -63,6 +68,36 @@ pub(super) async fn publish_transition(
     };
     let note = new.message.chars().take(1000).collect();
     publish(context, definition, type_, &new.reason, note).await;
+}
+
+/// The event of a rollout that began or changed phase: `RolloutProgressing`,
+/// `RolloutComplete`, `RolloutHalted` or `RolloutRolledBack`.
+fn rollout_change(
+    before: &CompositionDefinitionStatus,
+    after: &CompositionDefinitionStatus,
+) -> Option<(EventType, &'static str, String)> {
+    let now = after.rollout.as_ref()?;
+    let was = before.rollout.as_ref().map(|r| (&r.from, &r.to, r.phase));
+    if was == Some((&now.from, &now.to, now.phase)) {
+        return None;
+    }
+    let (type_, reason) = match now.phase {
+        RolloutPhase::Progressing => (EventType::Normal, "RolloutProgressing"),
+        RolloutPhase::Complete => (EventType::Normal, "RolloutComplete"),
+        RolloutPhase::Halted => (EventType::Warning, "RolloutHalted"),
+        RolloutPhase::RolledBack => (EventType::Warning, "RolloutRolledBack"),
+    };
+    let mut note = format!(
+        "chart {} → {}: {}/{} releases healthy",
+        now.from, now.to, now.healthy, now.total
+    );
+    if let Some(failed) = now.failed.first() {
+        note.push_str(&format!(
+            "; {} on {} failed: {}",
+            failed.composition, failed.cluster, failed.reason
+        ));
+    }
+    Some((type_, reason, note.chars().take(1000).collect()))
 }
 
 /// What an event says when the resolved chart version moved, naming what was asked for.

@@ -278,6 +278,7 @@ mod tests {
             namespace: "team-a".into(),
             release: release.into(),
             revision: Some(3),
+            chart_version: None,
             phase: crate::api::Phase::Ready,
             fingerprint: None,
             final_failure: None,

@@ -87,6 +87,7 @@ fn entry(name: &str, phase: Phase, revision: i64) -> ClusterStatus {
         namespace: "team".into(),
         release: "app".into(),
         revision: Some(revision),
+        chart_version: None,
         phase,
         fingerprint: None,
         final_failure: None,
