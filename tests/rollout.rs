@@ -64,12 +64,17 @@ impl Rollout {
 
     /// As [`Rollout::new`], with `chart`.
     async fn of(remote: &Remote, chart: Chart) -> Rollout {
+        Rollout::registered_as(remote, chart, EDGE).await
+    }
+
+    /// As [`Rollout::of`], the remote registered as `cluster`.
+    async fn registered_as(remote: &Remote, chart: Chart, cluster: &str) -> Rollout {
         let client = support::client().await;
         support::install_crds(&client).await;
         let namespace = support::namespace(&client, "rollout").await;
         support::repo_password(&client, &namespace).await;
         let registration: Secret = serde_json::from_value(json!({
-            "metadata": {"name": EDGE, "labels": {"compositor.dev/cluster": "true"}},
+            "metadata": {"name": cluster, "labels": {"compositor.dev/cluster": "true"}},
             "stringData": {"kubeconfig": remote.admin_kubeconfig()},
         }))
         .unwrap();
@@ -169,8 +174,11 @@ impl Rollout {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        let definitions =
+            Api::<CompositionDefinition>::namespaced(self.client.clone(), &self.namespace);
+        let definition = definitions.get("rollout").await.map(|d| d.status);
         panic!(
-            "{name}: {what} never held; status {last:#}\ncontroller:\n{}",
+            "{name}: {what} never held; status {last:#}\ndefinition: {definition:#?}\ncontroller:\n{}",
             self.controller.output()
         );
     }
@@ -905,4 +913,125 @@ async fn a_release_on_a_registered_cluster_is_as_healthy_as_its_objects_there() 
         .wait(&name, "Ready again", all_ready(&[EDGE, "local"]))
         .await;
     assert_eq!(status["readyClusters"], "2/2", "{status}");
+}
+
+/// The status entry of `cluster` in `status`.
+fn entry_on<'a>(status: &'a Value, cluster: &str) -> &'a Value {
+    let clusters = status["clusters"].as_array().into_iter().flatten();
+    clusters
+        .into_iter()
+        .find(|c| c["name"] == cluster)
+        .unwrap_or(&Value::Null)
+}
+
+/// A registered cluster's name that sorts after `local`, so that only its wave puts it first.
+const ZONE: &str = "zone";
+
+/// A Tenant-like composition on two clusters, the registered one labelled the canary wave: a
+/// new chart version reaches its release there first, and the management cluster's release is
+/// untouched until that one is healthy.
+#[tokio::test]
+async fn a_new_version_reaches_the_canary_cluster_first_and_the_others_once_it_is_healthy() {
+    let chart_name = support::unique("widgets");
+    let versions = ["0.1.0", "0.2.0"];
+    let publish = support::operator::publish_indexed;
+    let widgets = support::charts::widget_versions(&chart_name, &versions, publish);
+    let remote = Remote::up();
+    let waves = json!({"clusterWaves": [{"matchLabels": {"compositor.dev/wave": "canary"}}]});
+    let repo = support::env("COMPOSITOR_TEST_REPO_URL");
+    let chart = Chart {
+        source: json!({"url": repo, "repo": chart_name, "version": "0.1.0"}),
+        kind: "Gizmo",
+        plural: "gizmos",
+        version: "v0-1-0",
+        more: json!({"health": {"mode": "Wait"}, "rollout": waves}),
+    };
+    let rollout = Rollout::registered_as(&remote, chart, ZONE).await;
+    let secrets = Api::<Secret>::namespaced(rollout.client.clone(), &rollout.namespace);
+    let canary = json!({"metadata": {"labels": {"compositor.dev/wave": "canary"}}});
+    secrets
+        .patch(ZONE, &PatchParams::default(), &Patch::Merge(canary))
+        .await
+        .expect("label the canary cluster");
+    let name = support::unique("tenant");
+    rollout.create(&name, json!({})).await;
+    rollout
+        .wait(&name, "Ready on both clusters", all_ready(&["local", ZONE]))
+        .await;
+
+    // The zone's Widget says it is still on its way, so its release there is healthy only
+    // once the test says so.
+    let on_zone = Api::<DynamicObject>::namespaced_with(rollout.remote.clone(), &name, &widgets);
+    let working = |status: &str| {
+        json!({"status": {"conditions": [
+            {"type": "Ready", "status": status, "reason": "Working", "message": "warming up"}]}})
+    };
+    on_zone
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(working("False")),
+        )
+        .await
+        .expect("the widget's status on the registered cluster");
+    let definitions =
+        Api::<CompositionDefinition>::namespaced(rollout.client.clone(), &rollout.namespace);
+    let bump = json!({"spec": {"chart": {"version": "0.2.0"}}});
+    definitions
+        .patch("rollout", &PatchParams::default(), &Patch::Merge(bump))
+        .await
+        .expect("patch the chart version");
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+        rollout.client.clone(),
+        &rollout.namespace,
+    );
+    let next = "gizmos-v0-2-0-controller";
+    support::eventually(next, Duration::from_secs(60), || async {
+        deployments.get_opt(next).await.unwrap().is_some()
+    })
+    .await;
+    let cache = std::env::temp_dir().join(support::unique("controller-cache"));
+    let args = [
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    let _next = support::run_deployment(&rollout.client, &rollout.namespace, next, &args).await;
+
+    let on_zone_first = |s: &Value| entry_on(s, ZONE)["chartVersion"] == "0.2.0";
+    rollout.wait(&name, "0.2.0 on zone", on_zone_first).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = rollout.wait(&name, "listed", |_| true).await;
+    let local = entry_on(&status, "local");
+    assert_eq!(
+        (&local["chartVersion"], &local["revision"]),
+        (&json!("0.1.0"), &json!(1)),
+        "local untouched while zone is on its way: {status}"
+    );
+    let on_local = Api::<DynamicObject>::namespaced_with(rollout.client.clone(), &name, &widgets);
+    let widget = on_local.get(&name).await.expect("the local widget");
+    assert_eq!(widget.data["spec"]["size"], 1, "still 0.1.0's");
+
+    on_zone
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(working("True")),
+        )
+        .await
+        .expect("the widget is ready");
+    let both = |s: &Value| {
+        all_ready(&["local", ZONE])(s)
+            && [ZONE, "local"]
+                .iter()
+                .all(|c| entry_on(s, c)["chartVersion"] == "0.2.0")
+    };
+    rollout.wait(&name, "0.2.0 on both clusters", both).await;
+    support::eventually("the rollout complete", Duration::from_secs(60), || async {
+        let definition = definitions.get("rollout").await.unwrap();
+        let rollout = definition.status.unwrap_or_default().rollout;
+        rollout.is_some_and(|r| r.total == 2 && r.phase == compositor::api::RolloutPhase::Complete)
+    })
+    .await;
 }

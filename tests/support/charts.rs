@@ -122,7 +122,22 @@ pub fn with_values_templates<'a>(files: &[(&'a str, &'a str)]) -> Vec<(String, &
 /// A chart with a CRD of its own, `widgets` of a group unique to it with a status subresource,
 /// and one Widget named after the release; published, its URL and the Widgets' resource.
 pub fn widget_chart() -> (String, kube::core::ApiResource) {
+    let mut url = String::new();
     let name = super::unique("widgets");
+    let widgets = widget_versions(&name, &["0.1.0"], |name, files| {
+        url = super::publish_chart(name, files);
+    });
+    (url, widgets)
+}
+
+/// The same chart, named `name`, at each of `versions`, the Widget's `spec.size` the version's
+/// position (1, 2, …), each handed to `publish` (the name and the chart's files); the Widgets'
+/// resource.
+pub fn widget_versions(
+    name: &str,
+    versions: &[&str],
+    mut publish: impl FnMut(&str, &[(&str, &str)]),
+) -> kube::core::ApiResource {
     let group = format!("{name}.health.compositor.dev");
     let crd = format!(
         r#"apiVersion: apiextensions.k8s.io/v1
@@ -143,22 +158,21 @@ spec:
           x-kubernetes-preserve-unknown-fields: true
 "#
     );
-    let widget = format!(
-        "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: '{{{{ .Release.Name }}}}'}}\nspec: {{size: 1}}\n"
-    );
-    let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
-    let url = super::publish_chart(
-        &name,
-        &[
-            ("Chart.yaml", &chart),
-            ("values.yaml", "{}\n"),
-            ("crds/widgets.yaml", &crd),
-            ("templates/widget.yaml", &widget),
-        ],
-    );
+    for (version, size) in versions.iter().zip(1..) {
+        let widget = format!(
+            "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: '{{{{ .Release.Name }}}}'}}\nspec: {{size: {size}}}\n"
+        );
+        let chart = format!("apiVersion: v2\nname: {name}\nversion: {version}\n");
+        publish(
+            name,
+            &[
+                ("Chart.yaml", &chart),
+                ("values.yaml", "{}\n"),
+                ("crds/widgets.yaml", &crd),
+                ("templates/widget.yaml", &widget),
+            ],
+        );
+    }
     let gvk = kube::core::GroupVersionKind::gvk(&group, "v1", "Widget");
-    (
-        url,
-        kube::core::ApiResource::from_gvk_with_plural(&gvk, "widgets"),
-    )
+    kube::core::ApiResource::from_gvk_with_plural(&gvk, "widgets")
 }
