@@ -70,7 +70,8 @@ down:
 ## five fresh test beds, the controller's 50 compositions against 50 `helm install`s in turn and
 ## 4 at a time (with CPU per install, API requests per composition, idle resync writes and
 ## memory) and a chart-version patch moving 3 and 50 compositions against as many
-## `helm upgrade`s, with the median of each ratio; and with BENCH_SCALE=1000 one more run of
+## `helm upgrade`s (the default rollout's waves against the move all at once, and what a bad
+## version touches before it is rolled back), with the median of each ratio; and with BENCH_SCALE=1000 one more run of
 ## that many compositions (the drift bench's watches are measured at that scale too)
 bench: deps
 	@start=$$SECONDS; $(CARGO) build --locked --release --bin compositor --examples && \

@@ -178,6 +178,27 @@ run "$HELM_BIN" history acme -n acme
 run kubectl -n demo get deployments
 run kubectl get crd fireworksapps.composition.compositor.dev -o jsonpath='{.spec.versions[*].name}'; echo
 
+step "A bad chart version reaches one release, and is rolled back"
+# fireworks-app 1.1.7: 1.1.6 with a ConfigMap whose name the API server refuses.
+bad=$(mktemp -d)
+tar -xzf "$COMPOSITOR_TEST_CHARTS/fireworks-app-1.1.6.tgz" -C "$bad"
+sed -i 's/^version: 1.1.6$/version: 1.1.7/' "$bad/fireworks-app/Chart.yaml"
+printf "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: 'Not_A_Valid_Name'}\n" >"$bad/fireworks-app/templates/refused.yaml"
+"$HELM_BIN" package "$bad/fireworks-app" -d "$TESTBED_DIR/repo" >/dev/null
+"$HELM_BIN" repo index "$TESTBED_DIR/repo" >/dev/null
+rm -rf "$bad"
+run kubectl -n demo patch compositiondefinition fireworksapp --type=merge -p '{"spec":{"chart":{"version":"1.1.7"}}}'
+for _ in $(seq 120); do
+  kubectl -n demo get deployment fireworksapps-v1-1-7-controller >/dev/null 2>&1 && break
+  sleep 0.5
+done
+run_controller fireworksapps-v1-1-7-controller
+run kubectl -n demo wait compositiondefinition/fireworksapp --for=jsonpath='{.status.rollout.phase}'=RolledBack --timeout=180s
+run kubectl -n demo get compositiondefinition fireworksapp -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}'; echo
+for _ in $(seq 240); do moved && break; sleep 0.5; done
+run "$HELM_BIN" history acme -n acme
+run kubectl -n demo get compositiondefinition fireworksapp -o jsonpath='{.status.rollout}'; echo
+
 step "The default composition: a Tenant gets cert-manager in a namespace of its own"
 run_controller tenants-v1-19-1-controller compositor-system
 cat >"$TESTBED_DIR/tenant.yaml" <<YAML
