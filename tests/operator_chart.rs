@@ -167,6 +167,11 @@ fn default_values_render_the_tenant_definition() {
             "chart": {"url": "https://charts.jetstack.io", "repo": "cert-manager", "version": "v1.19.1"},
             "names": {"kind": "Tenant"},
             "placement": {"clusters": "AllClusters", "namespace": "CompositionName"},
+            "rollout": {
+                "canary": 1, "maxUnavailable": "25%", "healthTimeoutSeconds": 300,
+                "onFailure": "Rollback",
+                "clusterWaves": [{"matchLabels": {"compositor.dev/wave": "canary"}}],
+            },
         })
     );
 

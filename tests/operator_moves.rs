@@ -1,6 +1,7 @@
 //! Chart-version moves: a compatible version moves every composition in place and retires the
 //! old one (even when the operator is killed on the way), a breaking one leaves compositions
-//! where they are until their owner moves them, and a version range follows a newer release.
+//! where they are until their owner moves them, a version range follows a newer release, and a
+//! definition naming one archive moves when its URL names the next.
 
 mod support;
 
@@ -347,4 +348,57 @@ async fn a_version_range_follows_a_newer_release_and_says_so() {
         [r#"chart version 0.1.0 → 0.1.1 (spec.chart.version "~0.1")"#],
         "one event for the bump, none for the resyncs around it"
     );
+}
+
+/// The URL of the test bed's fireworks-app `version` archive.
+fn archive(version: &str) -> String {
+    let repo = support::env("COMPOSITOR_TEST_REPO_URL");
+    format!("{repo}/fireworks-app-{version}.tgz")
+}
+
+#[tokio::test]
+async fn a_definition_of_one_archive_moves_its_compositions_when_its_url_names_the_next() {
+    let fixture = Fixture::new("op-archive").await;
+    let names = ["acme", "bravo"];
+    fixture
+        .apply_definition("fireworksapp", json!({"url": archive("1.1.5")}))
+        .await;
+    fixture
+        .wait_condition("fireworksapp", "Ready", "True")
+        .await;
+    let (old_controller, _old_cache) = fixture.run_controller_once_deployed(CONTROLLER_1_1_5).await;
+    let team = support::namespace(&fixture.client, "op-archive-team").await;
+    let compositions = fixture.fireworksapps("v1-1-5", &team);
+    for name in names {
+        let object = fixture.fireworksapp(name, name);
+        compositions
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("composition");
+    }
+    for name in names {
+        wait_status(
+            &compositions,
+            name,
+            "Ready",
+            phase_is("Ready"),
+            &old_controller,
+        )
+        .await;
+    }
+
+    // The next version is another archive: the old one, still in use, is fetched from where
+    // it came from, and every composition moves.
+    fixture
+        .apply_definition("fireworksapp", json!({"url": archive("1.1.6")}))
+        .await;
+    let (controller, _cache) = fixture.run_controller_once_deployed(CONTROLLER_1_1_6).await;
+    let moved = fixture.fireworksapps("v1-1-6", &team);
+    for name in names {
+        let upgraded = wait_status(&moved, name, "on 1.1.6", ready_at("1.1.6"), &controller).await;
+        assert_eq!(upgraded["clusters"][0]["revision"], 2, "{upgraded}");
+    }
+    wait_1_1_5_retired(&fixture).await;
+    drop(old_controller);
+    delete_all(&moved, &names).await;
 }

@@ -403,6 +403,10 @@ pub struct DefinitionVersion {
     pub version: String,
     /// Chart version, e.g. `1.1.5`.
     pub chart_version: String,
+    /// The archive this version was downloaded from, when the definition names a `.tgz` rather
+    /// than a repository: another version is another URL, so an older one is fetched from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_url: Option<String>,
     /// Name of the controller Deployment.
     pub controller: String,
     /// Number of compositions of this version.

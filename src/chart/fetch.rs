@@ -95,6 +95,13 @@ pub async fn fetch_with_limits(
     }
 }
 
+/// Whether `url` names one chart archive (an `http(s)://…/chart.tgz`) rather than a repository
+/// or registry: then it holds one version, and another version is another URL.
+pub fn is_archive_url(url: &str) -> bool {
+    Url::parse(url.trim())
+        .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && is_archive_path(url.path()))
+}
+
 fn is_archive_path(path: &str) -> bool {
     path.ends_with(".tgz") || path.ends_with(".tar.gz")
 }
@@ -363,5 +370,8 @@ mod tests {
         assert_eq!(normalize_digest("sha256:abc"), "sha256:abc");
         assert!(is_archive_path("/x/app-1.0.0.tgz"));
         assert!(!is_archive_path("/charts"));
+        assert!(is_archive_url("https://charts.example/app-1.0.0.tgz"));
+        assert!(!is_archive_url("https://charts.example/stable"));
+        assert!(!is_archive_url("oci://registry.example/app.tgz"));
     }
 }

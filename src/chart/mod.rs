@@ -24,7 +24,7 @@ pub mod version;
 pub use archive::Limits;
 pub use cache::{Cache, DEFAULT_MAX_BYTES, DEFAULT_POLL_INTERVAL, sha256_digest};
 pub use error::Error;
-pub use fetch::{Fetched, fetch, fetch_with_limits, load_or_fetch};
+pub use fetch::{Fetched, fetch, fetch_with_limits, is_archive_url, load_or_fetch};
 pub use oci::CHART_LAYER_MEDIA_TYPE;
 pub use package::{ChartMetadata, ChartType, Dependency, ImportValues, Package, TemplateFile};
 pub use reference::{ChartRef, Credentials, DockerAuth, DockerConfig, redact_url};

@@ -214,10 +214,10 @@ pub(super) async fn fetch_chart(
 ) -> Result<Arc<Chart>, Error> {
     let mine = &context.config.identity.version;
     let status = definition.status.as_ref();
-    let chart_version = status
+    let served = status
         .and_then(|s| s.versions.iter().find(|v| &v.version == mine))
-        .map(|v| v.chart_version.clone())
         .ok_or_else(|| Error::DefinitionNotReady(definition.name_any()))?;
+    let chart_version = served.chart_version.clone();
     // The definition reports the digest of its current chart only; an older version's controller
     // (during a move) fetches through the cache as before.
     let digest = status
@@ -240,6 +240,11 @@ pub(super) async fn fetch_chart(
     let mut reference =
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
     reference.version = Some(chart_version);
+    // A definition naming one archive holds one version: an older one is fetched from the
+    // archive it came from.
+    if let Some(archive) = &served.archive_url {
+        reference.url = archive.clone();
+    }
     let fetched = chart::fetch(&reference, &context.cache).await?;
     let chart = Arc::new(Chart::new(fetched, options)?);
     context.memory.last_chart.remember(&chart);

@@ -8,7 +8,7 @@ use super::claims;
 use super::footprint::Unserved;
 use super::grants::{self, VersionUse};
 use super::inputs::{
-    chart_footprint, fetch, namespace_of, referenced_config_maps, referenced_secrets,
+    self, chart_footprint, namespace_of, referenced_config_maps, referenced_secrets,
 };
 use super::objects::{self, DesiredKey};
 use super::{Context, Error, moves};
@@ -62,12 +62,18 @@ pub(super) async fn apply(
 ) -> Result<Served, Error> {
     let mut served = Served::default();
     let mut desired = BTreeSet::new();
-    for (version, chart_version) in served_versions(current, fetched, known, &compositions) {
-        let chart = if chart_version == fetched.version {
+    for serving in served_versions(definition, current, fetched, known, &compositions) {
+        let chart = if serving.chart_version == fetched.version {
             fetched.clone()
         } else {
-            fetch(definition, context, Some(chart_version.clone())).await?
+            inputs::fetch_served(definition, context, &serving).await?
         };
+        let DefinitionVersion {
+            version,
+            chart_version,
+            archive_url,
+            ..
+        } = serving;
         let mut used = compositions
             .by_version
             .get(&version)
@@ -105,6 +111,7 @@ pub(super) async fn apply(
         served.versions.push(DefinitionVersion {
             version,
             chart_version,
+            archive_url,
             controller: applied.controller,
             compositions: count,
             compatible: breaks.is_some_and(Vec::is_empty),
@@ -124,20 +131,25 @@ pub(super) async fn apply(
     Ok(served)
 }
 
-/// The versions to serve, with their chart versions: `current`, and every version in `known`
-/// that compositions still carry.
+/// The versions to serve, with their chart versions (and archives): `current`, and every
+/// version in `known` that compositions still carry.
 fn served_versions(
+    definition: &CompositionDefinition,
     current: &GeneratedResource,
     fetched: &Fetched,
     known: &[DefinitionVersion],
     compositions: &Grants<'_>,
-) -> Vec<(String, String)> {
+) -> Vec<DefinitionVersion> {
     let older = known.iter().filter(|known| {
         known.version != current.version && compositions.by_version.contains_key(&known.version)
     });
-    std::iter::once((current.version.clone(), fetched.version.clone()))
-        .chain(older.map(|known| (known.version.clone(), known.chart_version.clone())))
-        .collect()
+    let now = DefinitionVersion {
+        version: current.version.clone(),
+        chart_version: fetched.version.clone(),
+        archive_url: inputs::archive_of(definition, fetched),
+        ..DefinitionVersion::default()
+    };
+    std::iter::once(now).chain(older.cloned()).collect()
 }
 
 /// One version's applied bundle.

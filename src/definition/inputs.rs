@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use super::{Context, Error, footprint};
-use crate::api::{CaBundleKind, ClusterPlacement, CompositionDefinition};
+use crate::api::{CaBundleKind, ClusterPlacement, CompositionDefinition, DefinitionVersion};
 use crate::chart::{self, Fetched, credentials::RefPolicy};
 use crate::crd::{self, BuildOptions, NameOverrides};
 
@@ -31,6 +31,30 @@ pub(super) async fn fetch(
         chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
     reference.version = version;
     Ok(chart::fetch(&reference, &context.cache).await?)
+}
+
+/// Fetches the chart of a version the definition served before (`known`): through the
+/// definition's source at that version, or from the archive it came from when the source names
+/// one archive (which holds only its own version).
+pub(super) async fn fetch_served(
+    definition: &CompositionDefinition,
+    context: &Context,
+    known: &DefinitionVersion,
+) -> Result<Fetched, Error> {
+    let policy = ref_policy(definition, context);
+    let mut reference =
+        chart::credentials::resolve(&context.client, &policy, &definition.spec.chart).await?;
+    reference.version = Some(known.chart_version.clone());
+    if let Some(archive) = &known.archive_url {
+        reference.url = archive.clone();
+    }
+    Ok(chart::fetch(&reference, &context.cache).await?)
+}
+
+/// The archive `fetched` came from, when the definition names one archive rather than a
+/// repository: what [`fetch_served`] fetches an older version from.
+pub(super) fn archive_of(definition: &CompositionDefinition, fetched: &Fetched) -> Option<String> {
+    chart::is_archive_url(&definition.spec.chart.url).then(|| fetched.url.clone())
 }
 
 /// The Secrets the chart source names, as (namespace, name).

@@ -277,7 +277,11 @@ async fn resolve_chart(
     let mut fetched = fetch(definition, context, definition.spec.chart.version.clone()).await?;
     let held = rollout::held_back(definition, &fetched.version);
     if let Some(from) = &held {
-        fetched = fetch(definition, context, Some(from.clone())).await?;
+        let known = status.versions.iter().find(|v| &v.chart_version == from);
+        fetched = match known {
+            Some(known) => inputs::fetch_served(definition, context, known).await?,
+            None => fetch(definition, context, Some(from.clone())).await?,
+        };
     }
     if !fetched.package.renders_objects() {
         return Err(Error::Chart(chart::Error::InvalidChart {

@@ -7,7 +7,8 @@
 //! never write one release at once. The new controller then upgrades the release in place.
 //! Only compositions whose version's schema the current one accepts are moved; the others stay
 //! with their controller until their owner moves them. A composition the new controller handed
-//! back (its values do not fit the new chart) is not asked again.
+//! back (its values do not fit the new chart) is not asked again. Which compositions are asked,
+//! and when, is the rollout's to say (`rollout`); this module writes the asks.
 
 use std::collections::BTreeMap;
 
@@ -55,7 +56,7 @@ pub struct Ask {
 }
 
 impl Ask {
-    /// An ask that changes nothing of `composition` as listed.
+    /// Whether the ask changes anything of `composition` as listed.
     pub fn changes(&self, composition: &CompositionUse) -> bool {
         let moves = self
             .move_to
