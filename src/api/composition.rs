@@ -128,6 +128,28 @@ pub struct ClusterStatus {
     pub last_transition_time: Option<Time>,
 }
 
+impl ClusterStatus {
+    /// The entry of release `release` in `namespace` on cluster `name`, in `phase`, with nothing
+    /// else known yet.
+    pub fn new(name: &str, namespace: &str, release: &str, phase: Phase) -> ClusterStatus {
+        ClusterStatus {
+            name: name.into(),
+            namespace: namespace.into(),
+            release: release.into(),
+            revision: None,
+            chart_version: None,
+            phase,
+            fingerprint: None,
+            final_failure: None,
+            message: String::new(),
+            drifted: Vec::new(),
+            drift_unknown: false,
+            health: None,
+            last_transition_time: None,
+        }
+    }
+}
+
 /// How what a release runs is doing, as its objects' status says.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -274,19 +274,8 @@ mod tests {
 
     fn entry(release: &str) -> ClusterStatus {
         ClusterStatus {
-            name: "local".into(),
-            namespace: "team-a".into(),
-            release: release.into(),
             revision: Some(3),
-            chart_version: None,
-            phase: crate::api::Phase::Ready,
-            fingerprint: None,
-            final_failure: None,
-            message: String::new(),
-            drifted: Vec::new(),
-            drift_unknown: false,
-            health: None,
-            last_transition_time: None,
+            ..ClusterStatus::new("local", "team-a", release, crate::api::Phase::Ready)
         }
     }
 

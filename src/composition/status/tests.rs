@@ -83,19 +83,8 @@ fn a_failed_reconcile_fails_the_composition_whatever_its_targets() {
 
 fn entry(name: &str, phase: Phase, revision: i64) -> ClusterStatus {
     ClusterStatus {
-        name: name.into(),
-        namespace: "team".into(),
-        release: "app".into(),
         revision: Some(revision),
-        chart_version: None,
-        phase,
-        fingerprint: None,
-        final_failure: None,
-        message: String::new(),
-        drifted: Vec::new(),
-        drift_unknown: false,
-        health: None,
-        last_transition_time: None,
+        ..ClusterStatus::new(name, "team", "app", phase)
     }
 }
 

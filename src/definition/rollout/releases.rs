@@ -170,23 +170,15 @@ mod tests {
         health: Option<(HealthState, i64)>,
     ) -> ClusterStatus {
         ClusterStatus {
-            name: cluster.into(),
-            namespace: "team".into(),
-            release: "app".into(),
             revision: Some(2),
             chart_version: Some(chart.into()),
-            phase,
-            fingerprint: None,
-            final_failure: None,
-            message: String::new(),
-            drifted: Vec::new(),
-            drift_unknown: false,
             health: health.map(|(state, since)| ReleaseHealth {
                 state,
                 message: "Deployment team/app-web: 0/1 available".into(),
                 since: Some(Time(at(since))),
             }),
             last_transition_time: Some(Time(at(NOW - 5))),
+            ..ClusterStatus::new(cluster, "team", "app", phase)
         }
     }
 
