@@ -18,6 +18,7 @@
 mod access;
 mod attempt;
 mod cached;
+mod claim;
 mod cleanup;
 mod confinement;
 mod context;
@@ -43,18 +44,18 @@ pub use watches::run;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::api::{
     CompositionDefinition, DriftMode, DriftWatch, FINALIZER, HealthMode, MOVE_ANNOTATION, Phase,
-    VERSION_LABEL, is_paused,
+    is_paused,
 };
 use crate::runtime::{finalized, timed};
+use claim::Claim;
 use inputs::TargetRelease;
 use release::{Failure, Outcome};
 use status::StatusWriter;
@@ -99,14 +100,21 @@ async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Resu
         return Ok(Action::await_change());
     };
     let object = Arc::new(object);
+    let mine = &context.config.identity.version;
     let definition = context
         .definition
         .current(&context.config.identity.version)
         .await?;
-    let Some(object) = claim(&api, object, &definition, context).await? else {
-        return Ok(Action::await_change());
+    let current = definition.status.as_ref().and_then(|s| s.crd.as_ref());
+    let current = current.map(|crd| crd.stored_version.as_str());
+    let object = match claim::claim(&api, object, current, mine).await? {
+        Claim::Ours(object) => object,
+        Claim::Claimed(object) => {
+            context.memory.own_changes.made(&object);
+            object
+        }
+        Claim::NotOurs => return Ok(Action::await_change()),
     };
-    let mine = &context.config.identity.version;
     if let Some(target) = object.annotations().get(MOVE_ANNOTATION)
         && target != mine
         && object.metadata.deletion_timestamp.is_none()
@@ -121,53 +129,6 @@ async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Resu
         return Ok(Action::await_change());
     }
     finalize(&api, object, &definition, context).await
-}
-
-/// `object` if it is this version's. An unlabelled composition belongs to the definition's
-/// current version: it is labelled and given the finalizer in one write (guarded by its
-/// resource version), and the reconcile goes on with the result.
-async fn claim(
-    api: &Api<DynamicObject>,
-    object: Arc<DynamicObject>,
-    definition: &CompositionDefinition,
-    context: &Context,
-) -> Result<Option<Arc<DynamicObject>>, Error> {
-    let current = definition
-        .status
-        .as_ref()
-        .and_then(|s| s.crd.as_ref())
-        .map(|crd| crd.stored_version.clone());
-    let mine = &context.config.identity.version;
-    match object.labels().get(VERSION_LABEL) {
-        Some(version) if version == mine => Ok(Some(object)),
-        Some(_) => Ok(None),
-        None if current.as_deref() == Some(mine.as_str()) => {
-            let mut metadata = json!({
-                "labels": {VERSION_LABEL: mine},
-                "resourceVersion": object.resource_version(),
-            });
-            let finalizers = object.finalizers();
-            // A finalizer cannot be added once deletion has begun.
-            if object.metadata.deletion_timestamp.is_none()
-                && !finalizers.iter().any(|f| f == FINALIZER)
-            {
-                let mut finalizers = finalizers.to_vec();
-                finalizers.push(FINALIZER.to_string());
-                metadata["finalizers"] = json!(finalizers);
-            }
-            let claimed = api
-                .patch(
-                    &object.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "metadata": metadata })),
-                )
-                .await
-                .map_err(|e| Error::Kube("label composition", e))?;
-            context.memory.own_changes.made(&claimed);
-            Ok(Some(Arc::new(claimed)))
-        }
-        None => Ok(None),
-    }
 }
 
 /// Apply, or on deletion cleanup before the finalizer goes. A failed cleanup is recorded in the

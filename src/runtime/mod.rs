@@ -9,6 +9,8 @@ mod fair;
 pub mod leader;
 mod lifecycle;
 mod metrics;
+#[cfg(test)]
+pub mod mock_api;
 mod phases;
 mod reconciler;
 mod text;
