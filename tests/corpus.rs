@@ -5,7 +5,8 @@
 mod corpus_support;
 mod support;
 
-use compositor::crd::{self, BuildOptions, NameOverrides};
+use compositor::api::NameOverrides;
+use compositor::crd::{self, BuildOptions};
 use compositor::schema::{self, ConvertOptions};
 use corpus_support::{corpus, establish, missing, object_of, unkept, while_discovery_lags};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -8,9 +8,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use compositor::api::NameOverrides;
 use compositor::chart::Package;
 use compositor::chart::values;
-use compositor::crd::{self, BuildOptions, NameOverrides};
+use compositor::crd::{self, BuildOptions};
 use compositor::schema::{self, infer};
 use corpus_support::{
     delete_crds, establish, missing, object_of, spec_of, unkept, while_discovery_lags,

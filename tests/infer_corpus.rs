@@ -5,8 +5,9 @@
 mod corpus_support;
 mod support;
 
+use compositor::api::NameOverrides;
 use compositor::chart::Package;
-use compositor::crd::{self, BuildOptions, NameOverrides};
+use compositor::crd::{self, BuildOptions};
 use compositor::schema::infer::{self, Agreement, Inferred};
 use compositor::schema::{self, ConvertOptions};
 use corpus_support::{

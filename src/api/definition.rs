@@ -33,7 +33,7 @@ pub struct CompositionDefinitionSpec {
     pub chart: ChartSource,
     /// Overrides of the names derived from Chart.yaml.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub names: Option<Names>,
+    pub names: Option<NameOverrides>,
     /// Where each composition is installed.
     #[serde(default)]
     pub placement: Placement,
@@ -120,10 +120,10 @@ pub struct ChartSource {
     pub credentials: Option<ChartCredentials>,
 }
 
-/// Overrides of the generated CRD's names.
+/// Overrides of the generated CRD's names (`spec.names`, or `compositor crd` flags).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Names {
+pub struct NameOverrides {
     /// Kind (default: the chart name in CamelCase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,

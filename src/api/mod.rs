@@ -25,8 +25,9 @@ pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef,
 pub use definition::{
     ChartSource, ClusterPlacement, CompositionDefinition, CompositionDefinitionSpec,
     CompositionDefinitionStatus, CrdStatus, DefinitionVersion, DeletionPolicy, DriftIgnore,
-    DriftMode, DriftSpec, DriftWatch, FailedInstall, Names, NamespaceFootprint, NamespacePlacement,
-    PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions, VersionFootprint,
+    DriftMode, DriftSpec, DriftWatch, FailedInstall, NameOverrides, NamespaceFootprint,
+    NamespacePlacement, PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions,
+    VersionFootprint,
 };
 pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec};
 pub use rollout::{

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CommandError, context, default_cache_dir};
-use crate::api::SchemaInference;
+use crate::api::{NameOverrides, SchemaInference};
 use crate::chart::{self, Cache, ChartRef};
-use crate::crd::{self, BuildOptions, NameOverrides};
+use crate::crd::{self, BuildOptions};
 use crate::schema::ConvertOptions;
 
 /// Flags of `compositor crd`.

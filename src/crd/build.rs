@@ -12,9 +12,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Error;
-use super::naming::{self, NameOverrides, Names};
+use super::naming::{self, Names};
 use super::size::{self, DEFAULT_MAX_VERSION_BYTES};
 use crate::api::CompositionStatus;
+use crate::api::NameOverrides;
 use crate::chart::Package;
 use crate::schema::infer::Report;
 use crate::schema::{self, ConvertOptions, Warning};

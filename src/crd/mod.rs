@@ -10,7 +10,7 @@ pub use build::{
     merge_version, to_yaml, version,
 };
 pub use compat::{Break, breaks, compatible};
-pub use naming::{DEFAULT_GROUP, NameOverrides, Names, kind_from_chart, plural_of, version_name};
+pub use naming::{DEFAULT_GROUP, Names, kind_from_chart, plural_of, version_name};
 pub use size::{DEFAULT_MAX_VERSION_BYTES, schema_bytes};
 
 /// Errors of CRD assembly.

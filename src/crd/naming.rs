@@ -2,22 +2,10 @@
 //! overridable, each checked against the apiserver's rules before anything is applied.
 
 use super::Error;
+use crate::api::NameOverrides;
 
 /// The API group of generated CRDs unless a definition names another.
 pub const DEFAULT_GROUP: &str = "composition.compositor.dev";
-
-/// Name overrides (a definition's `spec.names`, or `compositor crd` flags).
-#[derive(Clone, Debug, Default)]
-pub struct NameOverrides {
-    /// API group.
-    pub group: Option<String>,
-    /// Kind.
-    pub kind: Option<String>,
-    /// Plural resource name.
-    pub plural: Option<String>,
-    /// Short names for kubectl.
-    pub short_names: Vec<String>,
-}
 
 /// The names of one generated CRD.
 #[derive(Clone, Debug, PartialEq, Eq)]

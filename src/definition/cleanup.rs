@@ -11,8 +11,9 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
 use super::{Context, Error, objects};
+use crate::api::NameOverrides;
 use crate::api::{CompositionDefinition, DEFINITION_LABEL, DeletionPolicy};
-use crate::crd::{NameOverrides, Names};
+use crate::crd::Names;
 use crate::definition::bundle::{self, definition_label};
 
 /// Deletion: with `Delete`, compositions go first (their controllers uninstall the releases),

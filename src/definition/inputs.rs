@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use super::{Context, Error, footprint};
+use crate::api::NameOverrides;
 use crate::api::{CaBundleKind, ClusterPlacement, CompositionDefinition, DefinitionVersion};
 use crate::chart::{self, Fetched, credentials::RefPolicy};
-use crate::crd::{self, BuildOptions, NameOverrides};
+use crate::crd::{self, BuildOptions};
 
 /// Where the definition may take its credentials and CA bundle from.
 fn ref_policy(definition: &CompositionDefinition, context: &Context) -> RefPolicy {
@@ -139,12 +140,7 @@ fn name_overrides(definition: &CompositionDefinition, chart_name: &str) -> NameO
         .plural
         .clone()
         .or_else(|| recorded_plural(definition, chart_name, &names));
-    NameOverrides {
-        group: names.group,
-        kind: names.kind,
-        plural,
-        short_names: names.short_names,
-    }
+    NameOverrides { plural, ..names }
 }
 
 /// The plural in `status.crd`, if the kind and group asked for are still those of that CRD.
@@ -153,7 +149,7 @@ fn name_overrides(definition: &CompositionDefinition, chart_name: &str) -> NameO
 fn recorded_plural(
     definition: &CompositionDefinition,
     chart_name: &str,
-    names: &crate::api::Names,
+    names: &NameOverrides,
 ) -> Option<String> {
     let crd = definition.status.as_ref()?.crd.as_ref()?;
     let kind = names

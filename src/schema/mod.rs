@@ -7,11 +7,9 @@
 mod convert;
 mod defaults;
 pub mod infer;
-mod junctors;
 mod keywords;
 mod merge;
 mod refs;
-mod shapes;
 mod structural;
 mod validate;
 mod warning;

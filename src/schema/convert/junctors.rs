@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::convert::{ANY, Converter, NULLABLE};
-use super::convert::{infer_types, normalize_types};
-use super::merge::{flatten, merge, type_list};
+use super::{ANY, Converter, NULLABLE, infer_types, normalize_types};
+use crate::schema::merge::{flatten, merge, type_list};
 
 impl Converter<'_> {
     /// Folds `anyOf` and `oneOf` into the node (they cannot carry structure in a CRD).

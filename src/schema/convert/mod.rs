@@ -4,7 +4,9 @@
 //! keeps its declared properties and preserves unknown fields; junctors are folded into the
 //! node; anything the apiserver cannot express is dropped with a warning, never silently.
 
+mod junctors;
 mod kinds;
+mod shapes;
 
 pub(crate) use kinds::{infer_types, normalize_types};
 

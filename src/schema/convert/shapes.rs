@@ -8,9 +8,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use serde_json::{Map, Value};
 
-use super::convert::{Converter, any_value};
-use super::keywords::{format_known, re2_compatible};
-use super::warning::child;
+use super::{Converter, any_value};
+use crate::schema::keywords::{format_known, re2_compatible};
+use crate::schema::warning::child;
 
 impl Converter<'_> {
     /// A string, number, integer, boolean or int-or-string node (`ty` is `None` for the latter).
