@@ -1,3 +1,6 @@
+use std::path::Path;
+
+use super::calls::knows_server_side;
 use super::error::MESSAGE_LIMIT;
 use super::*;
 
