@@ -929,7 +929,8 @@ const ZONE: &str = "zone";
 
 /// A Tenant-like composition on two clusters, the registered one labelled the canary wave: a
 /// new chart version reaches its release there first, and the management cluster's release is
-/// untouched until that one is healthy.
+/// untouched until that one is healthy. Another tenant's release, unhealthy before the rollout,
+/// moves last and does not roll the fleet back.
 #[tokio::test]
 async fn a_new_version_reaches_the_canary_cluster_first_and_the_others_once_it_is_healthy() {
     let chart_name = support::unique("widgets");
@@ -958,6 +959,20 @@ async fn a_new_version_reaches_the_canary_cluster_first_and_the_others_once_it_i
     rollout
         .wait(&name, "Ready on both clusters", all_ready(&["local", ZONE]))
         .await;
+    let sick = support::unique("sick");
+    rollout.create(&sick, json!({})).await;
+    rollout
+        .wait(&sick, "Ready on both clusters", all_ready(&["local", ZONE]))
+        .await;
+    let on_local = Api::<DynamicObject>::namespaced_with(rollout.client.clone(), &sick, &widgets);
+    let stalled = json!({"status": {"conditions": [
+        {"type": "Stalled", "status": "True", "reason": "Broken", "message": "bad values"}]}});
+    on_local
+        .patch_status(&sick, &PatchParams::default(), &Patch::Merge(stalled))
+        .await
+        .expect("the sick tenant's widget");
+    let unhealthy = |s: &Value| entry_on(s, "local")["health"]["state"] == "Unhealthy";
+    rollout.wait(&sick, "unhealthy on local", unhealthy).await;
 
     // The zone's Widget says it is still on its way, so its release there is healthy only
     // once the test says so.
@@ -1028,10 +1043,26 @@ async fn a_new_version_reaches_the_canary_cluster_first_and_the_others_once_it_i
                 .all(|c| entry_on(s, c)["chartVersion"] == "0.2.0")
     };
     rollout.wait(&name, "0.2.0 on both clusters", both).await;
+    let sick_moved = |s: &Value| entry_on(s, "local")["chartVersion"] == "0.2.0";
+    let status = rollout
+        .wait(&sick, "the sick tenant on 0.2.0", sick_moved)
+        .await;
+    assert_eq!(
+        entry_on(&status, "local")["health"]["state"],
+        "Unhealthy",
+        "{status}"
+    );
     support::eventually("the rollout complete", Duration::from_secs(60), || async {
         let definition = definitions.get("rollout").await.unwrap();
         let rollout = definition.status.unwrap_or_default().rollout;
-        rollout.is_some_and(|r| r.total == 2 && r.phase == compositor::api::RolloutPhase::Complete)
+        rollout.is_some_and(|r| r.total == 4 && r.phase == compositor::api::RolloutPhase::Complete)
     })
     .await;
+    let definition = definitions.get("rollout").await.unwrap();
+    let rollout = definition.status.unwrap_or_default().rollout.unwrap();
+    assert_eq!(rollout.unhealthy_before.len(), 1, "{rollout:?}");
+    assert!(
+        rollout.unhealthy_before[0].ends_with(&format!("/{sick}@local")),
+        "{rollout:?}"
+    );
 }

@@ -159,6 +159,10 @@ pub struct RolloutStatus {
     /// The releases that failed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<FailedRelease>,
+    /// Releases that were unhealthy before they moved (`namespace/name@cluster`): they move
+    /// last, and their health on `to` does not decide the rollout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_before: Vec<String>,
     /// When releases were last asked to move: a release asked then and not written yet counts
     /// its timeout from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -268,6 +268,11 @@ async fn waves(
     let count = |counted: usize| u32::try_from(counted).unwrap_or(u32::MAX);
     let healthy = found.iter().filter(|r| r.state == State::Healthy);
     let moved = found.iter().filter(|r| r.state != State::Waiting);
+    record.unhealthy_before = found
+        .iter()
+        .filter(|r| r.excused)
+        .map(|r| releases::release_key(&r.composition, &r.cluster))
+        .collect();
     record.total = count(total);
     record.healthy = count(healthy.count());
     record.moved = count(moved.count() + moved_now);
@@ -305,7 +310,15 @@ fn read<'a>(
         selectors,
         labels: fleet.cluster_labels,
     };
-    releases::releases(fleet.compositions, fleet.breaks, current, &judge, &waves)
+    let unhealthy_before = record.map_or(&[][..], |r| &r.unhealthy_before);
+    releases::releases(
+        fleet.compositions,
+        fleet.breaks,
+        current,
+        &judge,
+        &waves,
+        unhealthy_before,
+    )
 }
 
 /// Records `decision` in `record` and adds the asks it takes to `asks`; how many releases it
@@ -382,6 +395,7 @@ fn begin(
         healthy: 0,
         total: 0,
         failed: Vec::new(),
+        unhealthy_before: Vec::new(),
         last_move_time: None,
         retry: definition
             .annotations()

@@ -1,5 +1,9 @@
 //! The rollout's choice, from what the releases report: which releases move next, or that the
 //! rollout failed or is complete. Pure, so every wave is tested without a cluster.
+//!
+//! A release that was unhealthy before it moved (a tenant's own values keep it so) says nothing
+//! of the new version: it moves last, once every other release is healthy, and its health
+//! there does not decide the rollout, so one broken tenant does not hold back the fleet.
 
 /// One release in a rollout: a composition on one cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +17,8 @@ pub struct Release {
     pub wave: usize,
     /// Where it is.
     pub state: State,
+    /// Unhealthy before it moved: it moves last, and does not fail the rollout.
+    pub excused: bool,
 }
 
 /// Where a release is in the rollout.
@@ -55,35 +61,43 @@ pub struct Pace {
 pub fn decide(mut releases: Vec<Release>, pace: Pace) -> Decision {
     let failed: Vec<Release> = releases
         .iter()
-        .filter(|r| matches!(r.state, State::Failed(_)))
+        .filter(|r| matches!(r.state, State::Failed(_)) && !r.excused)
         .cloned()
         .collect();
     if !failed.is_empty() {
         return Decision::Failed(failed);
     }
     releases.sort_by(|a, b| {
-        (a.wave, &a.composition, &a.cluster).cmp(&(b.wave, &b.composition, &b.cluster))
+        let key = |r: &Release| (r.excused, r.wave, r.composition.clone(), r.cluster.clone());
+        key(a).cmp(&key(b))
     });
-    let count = |state: &State| releases.iter().filter(|r| &r.state == state).count();
-    let (waiting, healthy) = (count(&State::Waiting), count(&State::Healthy));
-    if healthy == releases.len() {
+    let settled = |r: &Release| match r.state {
+        State::Healthy => true,
+        State::Failed(_) => r.excused,
+        State::Waiting | State::Moving => false,
+    };
+    if releases.iter().all(settled) {
         return Decision::Complete;
     }
+    let count = |state: &State| releases.iter().filter(|r| &r.state == state).count();
+    let (waiting, healthy) = (count(&State::Waiting), count(&State::Healthy));
     let moved = releases.len() - waiting;
     let canary = pace.canary.min(releases.len());
-    if healthy < canary {
+    if healthy < canary && releases.iter().any(|r| !r.excused && !settled(r)) {
         let room = canary.saturating_sub(moved);
-        return Decision::Move(first_waiting(&releases, room, |_| true));
+        return Decision::Move(first_waiting(&releases, room, |r| !r.excused));
     }
-    let unavailable = moved - healthy;
-    let room = pace.max_unavailable.saturating_sub(unavailable);
+    let room = pace.max_unavailable.saturating_sub(count(&State::Moving));
+    // The first wave not healthy yet; the excused releases are the last wave of all.
     let wave = releases
         .iter()
-        .filter(|r| r.state != State::Healthy)
-        .map(|r| r.wave)
+        .filter(|r| !settled(r))
+        .map(|r| (r.excused, r.wave))
         .min()
         .unwrap_or_default();
-    Decision::Move(first_waiting(&releases, room, |r| r.wave == wave))
+    Decision::Move(first_waiting(&releases, room, |r| {
+        (r.excused, r.wave) == wave
+    }))
 }
 
 /// The first `room` waiting releases that `fits`.
@@ -110,6 +124,7 @@ mod tests {
             cluster: cluster.into(),
             wave,
             state,
+            excused: false,
         }
     }
 
@@ -224,5 +239,42 @@ mod tests {
         };
         assert_eq!(moved(decide(fleet(&[Waiting, Waiting]), pace)).len(), 2);
         assert_eq!(decide(fleet(&[Healthy, Healthy]), pace), Decision::Complete);
+    }
+
+    #[test]
+    fn a_release_unhealthy_before_it_moved_moves_last_and_does_not_fail_the_rollout() {
+        use State::*;
+        let excused = |name: &str, state: State| Release {
+            excused: true,
+            ..release(name, "local", 0, state)
+        };
+        let fleet = |sick: State, a: State, b: State| {
+            vec![
+                excused("app-0", sick),
+                release("app-1", "local", 0, a),
+                release("app-2", "local", 0, b),
+            ]
+        };
+        // Sorted first by name, it is still not the canary.
+        let start = fleet(Waiting, Waiting, Waiting);
+        assert_eq!(moved(decide(start, PACE)), ["app-1@local"]);
+        let others_moving = fleet(Waiting, Healthy, Moving);
+        assert!(moved(decide(others_moving, PACE)).is_empty());
+        let others_healthy = fleet(Waiting, Healthy, Healthy);
+        assert_eq!(moved(decide(others_healthy, PACE)), ["app-0@local"]);
+        let still_sick = fleet(Failed("Unhealthy: crash".into()), Healthy, Healthy);
+        assert_eq!(decide(still_sick, PACE), Decision::Complete);
+        let sick_moving = fleet(Moving, Healthy, Healthy);
+        assert!(moved(decide(sick_moving, PACE)).is_empty());
+        // A release healthy before that fails still fails the rollout.
+        let failing = fleet(Waiting, Failed("Unhealthy: crash".into()), Waiting);
+        assert!(matches!(decide(failing, PACE), Decision::Failed(f) if f.len() == 1));
+        // Only excused releases: nothing to learn, they move within maxUnavailable.
+        let only_sick = vec![
+            excused("a", Waiting),
+            excused("b", Waiting),
+            excused("c", Waiting),
+        ];
+        assert_eq!(moved(decide(only_sick, PACE)).len(), 2);
     }
 }

@@ -64,6 +64,22 @@ impl Judge<'_> {
         }
         State::Moving
     }
+
+    /// Whether the release was unhealthy before it moved: on an older chart, failed there or,
+    /// when health decides, unhealthy there.
+    pub fn unhealthy_before(&self, entry: &ClusterStatus) -> bool {
+        let on_new = entry.chart_version.as_deref() == Some(self.to_chart);
+        let unhealthy = match (self.health, &entry.health) {
+            (HealthMode::Wait, Some(health)) => health.state == HealthState::Unhealthy,
+            _ => false,
+        };
+        !on_new && (entry.phase == Phase::Failed || unhealthy)
+    }
+}
+
+/// How a release is named in `status.rollout.unhealthyBefore`.
+pub fn release_key(composition: &(String, String), cluster: &str) -> String {
+    format!("{}/{}@{cluster}", composition.0, composition.1)
 }
 
 /// Which cluster wave a cluster is in: the index of the first selector its labels match.
@@ -86,13 +102,15 @@ impl Waves<'_> {
 }
 
 /// The releases of a rollout to `current`, and the compositions to move that have none yet
-/// (nothing of theirs runs, so they move at once).
+/// (nothing of theirs runs, so they move at once). A release is excused when it is unhealthy
+/// before it moves, or was when the rollout last looked (`unhealthy_before`).
 pub fn releases<'a>(
     compositions: &'a BTreeMap<String, VersionUse>,
     breaks: &'a BTreeMap<String, Vec<String>>,
     current: &'a str,
     judge: &Judge<'_>,
     waves: &Waves<'_>,
+    unhealthy_before: &[String],
 ) -> (Vec<Release>, Vec<&'a CompositionUse>) {
     let arriving =
         movable(compositions, breaks, current).map(|c| (c, c.move_to.as_deref() == Some(current)));
@@ -115,6 +133,8 @@ pub fn releases<'a>(
             clusters_moving_to(composition.move_clusters.as_deref(), current);
         for entry in entries {
             let moves = asked && allowed.as_ref().is_none_or(|set| set.contains(&entry.name));
+            let excused = judge.unhealthy_before(entry)
+                || unhealthy_before.contains(&release_key(&key, &entry.name));
             found.push(Release {
                 composition: key.clone(),
                 cluster: entry.name.clone(),
@@ -123,6 +143,7 @@ pub fn releases<'a>(
                     true => judge.state(entry),
                     false => State::Waiting,
                 },
+                excused,
             });
         }
     }
@@ -331,7 +352,7 @@ mod tests {
             labels: &labels,
         };
         let wait = judge(HealthMode::Wait, Some(NOW - 10));
-        let (found, unplaced) = releases(&compositions, &breaks, "v2", &wait, &waves);
+        let (found, unplaced) = releases(&compositions, &breaks, "v2", &wait, &waves, &[]);
         let seen: Vec<(String, &str, usize, State)> = found
             .iter()
             .map(|r| {
@@ -356,5 +377,35 @@ mod tests {
         );
         let unplaced: Vec<&str> = unplaced.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(unplaced, ["unplaced"]);
+        assert!(found.iter().all(|r| !r.excused));
+        // Named as unhealthy before by the rollout's status: excused, wherever it is now.
+        let before = [release_key(&("team".into(), "half".into()), "edge")];
+        let (found, _) = releases(&compositions, &breaks, "v2", &wait, &waves, &before);
+        let excused: Vec<_> = found.iter().filter(|r| r.excused).collect();
+        assert_eq!(excused.len(), 1);
+        assert_eq!(
+            (
+                excused[0].composition.1.as_str(),
+                excused[0].cluster.as_str()
+            ),
+            ("half", "edge")
+        );
+    }
+
+    #[test]
+    fn a_release_failed_or_unhealthy_on_the_old_chart_was_unhealthy_before() {
+        let wait = judge(HealthMode::Wait, Some(NOW - 10));
+        let unhealthy = Some((HealthState::Unhealthy, NOW - 300));
+        let healthy = Some((HealthState::Healthy, NOW - 300));
+        assert!(wait.unhealthy_before(&entry("local", "1.0.0", Phase::Ready, unhealthy)));
+        assert!(wait.unhealthy_before(&entry("local", "1.0.0", Phase::Failed, healthy)));
+        assert!(!wait.unhealthy_before(&entry("local", "1.0.0", Phase::Ready, healthy)));
+        assert!(
+            !wait.unhealthy_before(&entry("local", "2.0.0", Phase::Ready, unhealthy)),
+            "on the new chart, its health is the new version's"
+        );
+        let ignore = judge(HealthMode::Ignore, Some(NOW - 10));
+        assert!(!ignore.unhealthy_before(&entry("local", "1.0.0", Phase::Ready, unhealthy)));
+        assert!(ignore.unhealthy_before(&entry("local", "1.0.0", Phase::Failed, None)));
     }
 }
