@@ -6,6 +6,7 @@ mod conditions;
 mod contract;
 mod credentials;
 mod definition;
+mod dependencies;
 mod health;
 mod rollout;
 
@@ -29,6 +30,7 @@ pub use definition::{
     NamespacePlacement, PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions,
     VersionFootprint,
 };
+pub use dependencies::{DEPENDS_ON, Dependency, dependencies_of};
 pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec};
 pub use rollout::{
     FailedRelease, MOVE_CLUSTERS_ANNOTATION, OnFailure, RETRY_ROLLOUT_ANNOTATION, RolloutPhase,

@@ -114,6 +114,14 @@ pub struct ControllerArgs {
         default_value_t = 5
     )]
     pub remote_uninstall_attempts: u32,
+    /// Seconds a deleted composition waits for the compositions that depend on it to go before
+    /// its release is uninstalled anyway, with a DependentsTimedOut event.
+    #[arg(
+        long = "dependents-timeout",
+        env = "COMPOSITOR_DEPENDENTS_TIMEOUT",
+        default_value_t = 600
+    )]
+    pub dependents_timeout_seconds: u64,
     /// Compositions reconciled at once, shared among namespaces in turn.
     #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
     pub workers: u16,
@@ -156,6 +164,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
         remote_uninstall_attempts: args.remote_uninstall_attempts,
+        dependents_timeout: Duration::from_secs(args.dependents_timeout_seconds),
     };
     // Built before leading (it only reads), so that a standby takes over without delay.
     let controller = composition::Context::new(

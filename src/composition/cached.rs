@@ -1,5 +1,5 @@
-//! A composition as the watch cache keeps it: its name, what a user changed of it (as a hash)
-//! and its phase. A reconcile reads the composition fresh, so its spec, status and most of its
+//! A composition as the watch cache keeps it: its name, what a user changed of it (as a hash),
+//! its phase, and what the dependency graph needs (`spec.dependsOn`, and whether it is Ready). A reconcile reads the composition fresh, so its spec, status and most of its
 //! metadata need not stay in memory; with thousands of compositions, they would be most of the
 //! controller's. Only these fields are read from the watch's JSON; the spec is never built.
 
@@ -12,7 +12,7 @@ use kube::Resource;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 
-use crate::api::{Phase, VERSION_LABEL};
+use crate::api::{Dependency, Phase, VERSION_LABEL};
 
 /// The compositions' resource, shared by every reference to one (kube keeps a copy of it in
 /// each cache key, queue entry and pending reconcile).
@@ -29,6 +29,10 @@ pub struct Cached {
     version: Option<String>,
     /// `status.phase`, for the phase gauge.
     phase: Option<Phase>,
+    /// `spec.dependsOn`, the well-formed entries.
+    needs: Vec<Dependency>,
+    /// Ready for its current generation.
+    ready: bool,
 }
 
 impl Cached {
@@ -49,6 +53,16 @@ impl Cached {
             Phase::Failed => "Failed",
             Phase::Paused => "Paused",
         })
+    }
+
+    /// The compositions it waits for (`spec.dependsOn`).
+    pub(super) fn needs(&self) -> &[Dependency] {
+        &self.needs
+    }
+
+    /// Whether it is Ready for its current generation.
+    pub(super) fn is_ready(&self) -> bool {
+        self.ready
     }
 }
 
@@ -82,18 +96,43 @@ impl<'de> Deserialize<'de> for Cached {
         struct Composition {
             metadata: ObjectMeta,
             #[serde(default)]
+            spec: Option<Spec>,
+            #[serde(default)]
             status: Option<Status>,
         }
         #[derive(Deserialize)]
+        struct Spec {
+            #[serde(default, rename = "dependsOn")]
+            depends_on: Option<Vec<serde_json::Value>>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
         struct Status {
             // A phase this version does not know is no phase, not a failed watch.
             #[serde(default)]
             phase: Option<String>,
+            #[serde(default)]
+            observed_generation: Option<i64>,
         }
-        let Composition { metadata, status } = Composition::deserialize(deserializer)?;
+        let Composition {
+            metadata,
+            spec,
+            status,
+        } = Composition::deserialize(deserializer)?;
+        let observed = status.as_ref().and_then(|s| s.observed_generation);
         let phase = status.and_then(|status| status.phase);
-        let phase = phase.and_then(|phase| serde_json::from_value(phase.into()).ok());
+        let phase: Option<Phase> =
+            phase.and_then(|phase| serde_json::from_value(phase.into()).ok());
+        let ready =
+            phase == Some(Phase::Ready) && observed.is_some() && observed == metadata.generation;
+        // Entries that are not `{kind, name}` wait on nothing; the reconcile names them.
+        let needs = spec.and_then(|s| s.depends_on).unwrap_or_default();
+        let needs = needs
+            .into_iter()
+            .filter_map(|entry| serde_json::from_value(entry).ok());
         Ok(Cached {
+            needs: needs.collect(),
+            ready,
             asked_for: asked_for(&metadata),
             version: metadata
                 .labels

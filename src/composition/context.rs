@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::core::ApiResource;
 
-use super::{access, cleanup, drift, error, inputs, reach, watches};
+use super::{access, cleanup, dependencies, drift, error, inputs, reach, watches};
 use crate::api::ControllerIdentity;
 use crate::api::GeneratedResource;
 use crate::chart::Cache;
@@ -27,6 +27,8 @@ pub struct Config {
     /// How many times a deleted composition's release on an unreachable cluster is tried
     /// before it is abandoned with an event, so that deletion never hangs.
     pub remote_uninstall_attempts: u32,
+    /// How long a deleted composition waits for its dependents to go before it goes anyway.
+    pub dependents_timeout: Duration,
 }
 
 /// What every reconcile shares.
@@ -51,6 +53,8 @@ pub struct Context {
     pub(super) gate: helm::Gate,
     /// What the releases rendered, watched for drift.
     pub(super) drift: drift::Watches,
+    /// Which compositions wait for which, as the watch of this kind sees them.
+    pub(super) dependencies: dependencies::Graph,
 }
 
 impl Context {
@@ -109,6 +113,7 @@ impl Context {
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
             drift: drift::Watches::new(metrics.clone()),
+            dependencies: dependencies::Graph::new(&resource.kind),
             client,
             kube_config: Arc::new(kube_config),
             config,

@@ -136,6 +136,25 @@ pub enum Error {
         "{0}, corrected too often: another writer changes it back each time, so it is corrected no more (a role or binding is left as rendered, anything else as it is); stop that writer, or list the fields in the definition's spec.drift.ignore"
     )]
     DriftConflict(String),
+    /// `spec.dependsOn` names what a composition may not wait for.
+    #[error("{0}")]
+    DependencyNotAllowed(String),
+    /// A composition waited for is absent, or not Ready for its current generation.
+    #[error("waiting for {0}")]
+    DependencyNotReady(String),
+    /// The compositions wait for each other in a circle: none of them installs.
+    #[error(
+        "the compositions wait for each other in a circle, so none is installed: {0}; remove one of these dependsOn entries"
+    )]
+    DependencyCycle(String),
+    /// A deleted composition waits for the compositions that depend on it to go first.
+    #[error("waiting for {names} to be deleted first, which depend on it (at most {wait:?} more)")]
+    DependentsExist {
+        /// The dependents, named.
+        names: String,
+        /// How much longer the deletion waits for them.
+        wait: Duration,
+    },
     /// The finalizer helper failed.
     #[error("finalizer failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -207,6 +226,10 @@ impl Error {
             Error::InvalidAnnotation(_) => "InvalidAnnotation",
             Error::Drift(_) => "DriftUnsettled",
             Error::DriftConflict(_) => "DriftConflict",
+            Error::DependencyNotAllowed(_) => "DependencyNotAllowed",
+            Error::DependencyNotReady(_) => "DependencyNotReady",
+            Error::DependencyCycle(_) => "DependencyCycle",
+            Error::DependentsExist { .. } => "DependentsExist",
         }
     }
 
@@ -230,6 +253,10 @@ impl Error {
             // The operator grants what a new composition's release writes once it sees the
             // composition, which a controller installing at once may beat.
             Error::PermissionsMissing(_) => Duration::from_secs(2),
+            // A dependency's turning Ready wakes its dependents; this is only the fallback.
+            Error::DependencyNotReady(_) => Duration::from_secs(300),
+            // A dependent's deletion wakes it; otherwise the bounded wait ends on time.
+            Error::DependentsExist { wait, .. } => *wait,
             error if error.is_terminal() => Duration::from_secs(300),
             _ => Duration::from_secs(10),
         }
@@ -261,6 +288,8 @@ impl ReconcileError for Error {
                 | Error::FailedBefore { .. }
                 | Error::DriftConflict(_)
                 | Error::InvalidAnnotation(_)
+                | Error::DependencyNotAllowed(_)
+                | Error::DependencyCycle(_)
         )
     }
 
@@ -298,6 +327,7 @@ impl Error {
     pub(super) fn backoff(&self, failures: u32) -> Duration {
         let cap = match self {
             Error::AccessPending(_) => MAX_ACCESS_RETRY,
+            Error::DependentsExist { wait, .. } => return *wait,
             _ => MAX_RETRY.max(self.retry_after()),
         };
         let doublings = failures.saturating_sub(1).min(16);

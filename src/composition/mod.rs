@@ -22,6 +22,7 @@ mod claim;
 mod cleanup;
 mod confinement;
 mod context;
+mod dependencies;
 mod drift;
 mod error;
 mod handover;
@@ -142,14 +143,20 @@ async fn finalize(
     finalized(api, FINALIZER, object, |event| async {
         match event {
             Event::Apply(object) => apply(&object, definition, context, api).await,
-            Event::Cleanup(object) => match cleanup::cleanup(&object, definition, context).await {
-                // The object is gone once the finalizer is removed: nothing to record.
-                Ok(action) => Ok(action),
-                Err(error) => {
-                    let writer = StatusWriter::new(api, &object);
-                    writer.finish(context, Err(error)).await
+            Event::Cleanup(object) => {
+                let cleaned = match dependencies::dependents_gone(&object, context).await {
+                    Ok(()) => cleanup::cleanup(&object, definition, context).await,
+                    Err(waiting) => Err(waiting),
+                };
+                match cleaned {
+                    // The object is gone once the finalizer is removed: nothing to record.
+                    Ok(action) => Ok(action),
+                    Err(error) => {
+                        let writer = StatusWriter::new(api, &object);
+                        writer.finish(context, Err(error)).await
+                    }
                 }
-            },
+            }
         }
     })
     .await
@@ -171,7 +178,10 @@ async fn apply(
         context.drift.use_checks(&definition.spec.health.checks);
     }
     let mut writer = StatusWriter::new(api, object);
-    let result = install(object, definition, context, &mut writer).await;
+    let result = match dependencies::ready(object, api, context).await {
+        Ok(()) => install(object, definition, context, &mut writer).await,
+        Err(waiting) => Err(waiting),
+    };
     writer.finish(context, result).await
 }
 

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 
 use super::cached::{Cached, asked_for};
@@ -31,9 +32,20 @@ pub async fn run(
     context.metrics.count_phases(counted, reader.clone(), phase);
     // Small pages: a page's response is held whole while it is read.
     let listing = watcher::Config::default().page_size(LIST_PAGE);
+    // What waits for what is learnt from every event, and wakes the compositions it concerns.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let graph = context.clone();
+    let woken_kind = kind.clone();
     let changes = watcher(api, listing)
         .backoff(crate::runtime::watch_backoff())
         .reflect(writer)
+        .inspect(move |event| {
+            let Ok(event) = event else { return };
+            for (namespace, name) in graph.dependencies.observe(event) {
+                let reference = ObjectRef::new_with(&name, woken_kind.clone()).within(&namespace);
+                let _ = wake.unbounded_send(reference);
+            }
+        })
         .applied_objects()
         .predicate_filter(
             |object: &Cached| Some(object.asked_for()),
@@ -51,6 +63,7 @@ pub async fn run(
     let results = Controller::for_stream_with(changes, reader, kind)
         .reconcile_all_on(everything)
         .reconcile_on(drifted)
+        .reconcile_on(woken)
         .trigger_backoff(crate::runtime::watch_backoff())
         // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes
         // namespaces in turn (kube's own limit would run them in the order they fell due).

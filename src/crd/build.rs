@@ -7,7 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
     CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
     CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
-    JSONSchemaProps,
+    JSONSchemaProps, JSONSchemaPropsOrArray,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -34,6 +34,8 @@ pub struct BuildOptions {
     /// Add the optional `spec.clusterRef` (one cluster among those placed on), for
     /// definitions that place compositions on registered clusters.
     pub cluster_ref: bool,
+    /// Add the optional `spec.dependsOn` (the compositions to wait for), for definitions.
+    pub depends_on: bool,
 }
 
 impl Default for BuildOptions {
@@ -44,11 +46,12 @@ impl Default for BuildOptions {
             convert: ConvertOptions::default(),
             max_version_bytes: DEFAULT_MAX_VERSION_BYTES,
             cluster_ref: false,
+            depends_on: false,
         }
     }
 }
 
-use crate::api::CLUSTER_REF;
+use crate::api::{CLUSTER_REF, DEPENDS_ON};
 
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
@@ -102,7 +105,10 @@ pub fn build_version(
         ),
     };
     if options.cluster_ref {
-        add_cluster_ref(&mut spec)?;
+        reserve(&mut spec, CLUSTER_REF, cluster_ref())?;
+    }
+    if options.depends_on {
+        reserve(&mut spec, DEPENDS_ON, depends_on())?;
     }
     if spec.description.is_none() {
         let about = match &package.metadata.description {
@@ -183,38 +189,76 @@ pub fn merge_version(crd: &mut CustomResourceDefinition, version: CustomResource
     }
 }
 
-/// Adds `spec.clusterRef: {name}`; a chart that declares its own top-level `clusterRef`
-/// cannot get it, because the key would be both a Helm value and compositor's.
-fn add_cluster_ref(spec: &mut JSONSchemaProps) -> Result<(), Error> {
+/// Puts compositor's own `key` with `schema` into the spec; a chart that declares its own
+/// top-level `key` cannot get it, because the key would be both a Helm value and compositor's.
+fn reserve(spec: &mut JSONSchemaProps, key: &str, schema: JSONSchemaProps) -> Result<(), Error> {
     let properties = spec.properties.get_or_insert_with(BTreeMap::new);
-    if properties.contains_key(CLUSTER_REF) {
+    if properties.contains_key(key) {
         return Err(Error::ReservedKey {
-            key: CLUSTER_REF.to_owned(),
+            key: key.to_owned(),
         });
     }
-    let string = |description: &str| JSONSchemaProps {
-        type_: Some("string".to_owned()),
+    properties.insert(key.to_owned(), schema);
+    Ok(())
+}
+
+/// A schema of `type_` with `description`.
+fn typed(type_: &str, description: &str) -> JSONSchemaProps {
+    JSONSchemaProps {
+        type_: Some(type_.to_owned()),
         description: Some(description.to_owned()),
         ..Default::default()
-    };
-    properties.insert(
-        CLUSTER_REF.to_owned(),
-        JSONSchemaProps {
-            type_: Some("object".to_owned()),
-            description: Some(
-                "Install on this one cluster only, among those the definition places on. Not passed \
-                 to the chart."
-                    .to_owned(),
-            ),
-            properties: Some(BTreeMap::from([(
-                "name".to_owned(),
-                string("The cluster: `local`, or the name of its registration Secret."),
-            )])),
-            required: Some(vec!["name".to_owned()]),
-            ..Default::default()
-        },
+    }
+}
+
+/// `spec.clusterRef: {name}`: one cluster among those the definition places on.
+fn cluster_ref() -> JSONSchemaProps {
+    let name = typed(
+        "string",
+        "The cluster: `local`, or the name of its registration Secret.",
     );
-    Ok(())
+    JSONSchemaProps {
+        properties: Some(BTreeMap::from([("name".to_owned(), name)])),
+        required: Some(vec!["name".to_owned()]),
+        ..typed(
+            "object",
+            "Install on this one cluster only, among those the definition places on. Not passed \
+             to the chart.",
+        )
+    }
+}
+
+/// `spec.dependsOn: [{kind, name, namespace}]`: the compositions to wait for.
+fn depends_on() -> JSONSchemaProps {
+    let entry = JSONSchemaProps {
+        properties: Some(BTreeMap::from([
+            (
+                "kind".to_owned(),
+                typed("string", "The composition's kind."),
+            ),
+            (
+                "name".to_owned(),
+                typed("string", "The composition's name."),
+            ),
+            (
+                "namespace".to_owned(),
+                typed(
+                    "string",
+                    "Only this composition's own namespace may be named.",
+                ),
+            ),
+        ])),
+        required: Some(vec!["kind".to_owned(), "name".to_owned()]),
+        ..typed("object", "A composition to wait for.")
+    };
+    JSONSchemaProps {
+        items: Some(JSONSchemaPropsOrArray::Schema(Box::new(entry))),
+        ..typed(
+            "array",
+            "Compositions in this namespace to wait for: the release is installed or upgraded \
+             once each is Ready. Not passed to the chart.",
+        )
+    }
 }
 
 /// Fails when the whole CRD (every version) is larger than `limit` bytes as JSON, so that an

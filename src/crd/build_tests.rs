@@ -173,6 +173,31 @@ fn cluster_ref_is_added_unless_the_chart_has_one() {
 }
 
 #[test]
+fn depends_on_is_added_unless_the_chart_has_one() {
+    let options = BuildOptions {
+        depends_on: true,
+        ..Default::default()
+    };
+    let (crd, _) = build(&package(Some(json!({"type": "object"}))), &options).unwrap();
+    let spec = spec_of(&crd);
+    let depends_on = &spec.properties.as_ref().unwrap()["dependsOn"];
+    assert_eq!(depends_on.type_.as_deref(), Some("array"));
+    let taken = package(Some(
+        json!({"type": "object", "properties": {"dependsOn": {"type": "array"}}}),
+    ));
+    let refused = build(&taken, &options).unwrap_err();
+    assert_eq!(refused.reason(), "ReservedKey");
+    assert!(refused.to_string().contains("\"dependsOn\""), "{refused}");
+    let (crd, _) = build(&taken, &BuildOptions::default()).unwrap();
+    let own = &spec_of(&crd).properties.as_ref().unwrap()["dependsOn"];
+    let ours = own.description.as_deref().unwrap_or_default();
+    assert!(
+        !ours.contains("to wait for"),
+        "the chart's own key: {own:?}"
+    );
+}
+
+#[test]
 fn whole_crd_size_is_checked() {
     let (crd, _) = build(&package(None), &BuildOptions::default()).unwrap();
     assert!(check_size(&crd, 1024 * 1024).is_ok());

@@ -39,7 +39,9 @@ pub enum Error {
         limit: usize,
     },
     /// The chart's schema already declares a key compositor reserves in `spec`.
-    #[error("the chart's values already have a top-level {key:?}, which compositor reserves")]
+    #[error(
+        "the chart's values already have a top-level {key:?}, which compositor reserves in every composition's spec: publish the chart with that value under another name, or a wrapper chart that passes it on"
+    )]
     ReservedKey {
         /// The reserved key.
         key: String,

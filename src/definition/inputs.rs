@@ -167,6 +167,7 @@ pub(super) fn build_options(definition: &CompositionDefinition, chart_name: &str
         convert: (&definition.spec.schema).into(),
         // Remote placements let a composition name its cluster.
         cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
+        depends_on: true,
         ..BuildOptions::default()
     }
 }

@@ -1,0 +1,78 @@
+//! `spec.dependsOn`: the compositions a composition waits for before its release is installed
+//! or upgraded, by kind and name, in its own namespace. Reserved in every generated CRD and
+//! never passed to Helm.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The `spec` key of a composition that names the compositions it waits for.
+pub const DEPENDS_ON: &str = "dependsOn";
+
+/// A composition another waits for.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dependency {
+    /// Its kind, a composition kind compositor generated.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its namespace: only the composition's own may be named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Display for Dependency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
+}
+
+/// The dependencies `spec` names, in order; an entry that is not `{kind, name}` is an error
+/// naming its field.
+pub fn dependencies_of(spec: &Value) -> Result<Vec<Dependency>, String> {
+    let Some(listed) = spec.get(DEPENDS_ON).filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let Some(listed) = listed.as_array() else {
+        return Err(format!("spec.{DEPENDS_ON}: not a list"));
+    };
+    listed
+        .iter()
+        .enumerate()
+        .map(|(at, entry)| {
+            serde_json::from_value(entry.clone())
+                .map_err(|e| format!("spec.{DEPENDS_ON}[{at}]: {e}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn dependencies_are_read_in_order_and_a_bad_entry_names_its_field() {
+        let spec = json!({"dependsOn": [
+            {"kind": "App", "name": "base"},
+            {"kind": "Tenant", "name": "team-a", "namespace": "team-a"},
+        ]});
+        let found = dependencies_of(&spec).unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].to_string(), "App base");
+        assert_eq!(found[1].namespace.as_deref(), Some("team-a"));
+        assert!(dependencies_of(&json!({})).unwrap().is_empty());
+        assert!(
+            dependencies_of(&json!({"dependsOn": null}))
+                .unwrap()
+                .is_empty()
+        );
+        let bad = dependencies_of(&json!({"dependsOn": [{"kind": "App"}]})).unwrap_err();
+        assert!(
+            bad.starts_with("spec.dependsOn[0]: missing field `name`"),
+            "{bad}"
+        );
+        let bad = dependencies_of(&json!({"dependsOn": "base"})).unwrap_err();
+        assert_eq!(bad, "spec.dependsOn: not a list");
+    }
+}

@@ -1,0 +1,202 @@
+//! `spec.dependsOn`: a composition waits for those it names, a circle of waits installs
+//! nothing, another namespace cannot be named, and a deleted composition goes after those that
+//! depend on it, or once its bounded wait is over.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use support::definitions::{Fixture, helm_has, run_controller_with, wait_status};
+use support::operator::{CONTROLLER_1_1_5, phase_is};
+
+/// How long a deleted composition waits for its dependents here.
+const DEPENDENTS_TIMEOUT: &str = "4";
+
+/// FireworksApp `name` waiting for `needs` (name, and namespace when given).
+fn app(fixture: &Fixture, name: &str, needs: &[(&str, Option<&str>)]) -> DynamicObject {
+    let mut app = fixture.fireworksapp(name, "acme");
+    let needs: Vec<Value> = needs
+        .iter()
+        .map(|(need, namespace)| match namespace {
+            Some(namespace) => {
+                json!({"kind": "FireworksApp", "name": need, "namespace": namespace})
+            }
+            None => json!({"kind": "FireworksApp", "name": need}),
+        })
+        .collect();
+    app.data["spec"]["dependsOn"] = json!(needs);
+    app
+}
+
+/// The reason and message of the status's Ready condition, when there is one.
+fn ready_reason(status: &Value) -> (String, String) {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready");
+    let text = |field: &str| {
+        ready
+            .and_then(|c| c[field].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text("reason"), text("message"))
+}
+
+fn reason_is(reason: &'static str) -> impl Fn(&Value) -> bool {
+    move |status| ready_reason(status).0 == reason
+}
+
+#[tokio::test]
+async fn a_composition_waits_for_what_it_depends_on_and_a_circle_installs_nothing() {
+    let fixture = Fixture::new("dep").await;
+    fixture.fireworksapp_ready("1.1.5").await;
+    let timeout = ["--dependents-timeout", DEPENDENTS_TIMEOUT];
+    let (controller, _cache) = run_controller_with(&fixture, CONTROLLER_1_1_5, &timeout).await;
+    let team = support::namespace(&fixture.client, "dep-team").await;
+    let apps = fixture.fireworksapps("v1-1-5", &team);
+    let create = |object: DynamicObject| {
+        let apps = apps.clone();
+        async move {
+            apps.create(&PostParams::default(), &object)
+                .await
+                .expect("composition");
+        }
+    };
+
+    // Created before what it waits for: nothing is installed, and it says why.
+    create(app(&fixture, "web", &[("db", None)])).await;
+    let waiting = reason_is("DependencyNotReady");
+    let status = wait_status(&apps, "web", "waiting for db", waiting, &controller).await;
+    let (_, message) = ready_reason(&status);
+    assert_eq!(
+        message,
+        format!("waiting for FireworksApp {team}/db: absent")
+    );
+    assert!(!helm_has("web", &team), "no release before db is Ready");
+
+    create(app(&fixture, "db", &[])).await;
+    wait_status(&apps, "db", "Ready", phase_is("Ready"), &controller).await;
+    let db_ready = Instant::now();
+    wait_status(&apps, "web", "Ready", phase_is("Ready"), &controller).await;
+    println!(
+        "web Ready {:.1}s after db (its install included)",
+        db_ready.elapsed().as_secs_f64()
+    );
+    assert!(helm_has("web", &team));
+
+    // Two and three compositions waiting for each other: none installs, each says the circle.
+    create(app(&fixture, "c1", &[("c2", None)])).await;
+    create(app(&fixture, "c2", &[("c1", None)])).await;
+    create(app(&fixture, "c3", &[("c4", None)])).await;
+    create(app(&fixture, "c4", &[("c5", None)])).await;
+    create(app(&fixture, "c5", &[("c3", None)])).await;
+    let circle = reason_is("DependencyCycle");
+    for (name, says) in [
+        ("c1", "FireworksApp c1 → FireworksApp c2 → FireworksApp c1"),
+        ("c2", "FireworksApp c2 → FireworksApp c1 → FireworksApp c2"),
+        (
+            "c4",
+            "FireworksApp c4 → FireworksApp c5 → FireworksApp c3 → FireworksApp c4",
+        ),
+    ] {
+        let status = wait_status(&apps, name, "a circle", &circle, &controller).await;
+        let (_, message) = ready_reason(&status);
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(!helm_has(name, &team), "{name} installs nothing");
+    }
+
+    // Another namespace's composition cannot be waited on.
+    create(app(&fixture, "nosy", &[("db", Some("kube-system"))])).await;
+    let refused = reason_is("DependencyNotAllowed");
+    let status = wait_status(&apps, "nosy", "refused", refused, &controller).await;
+    let (_, message) = ready_reason(&status);
+    assert!(
+        message.starts_with("spec.dependsOn[0].namespace: kube-system is not"),
+        "{message}"
+    );
+    assert!(!helm_has("nosy", &team));
+
+    assert_deleted_after_its_dependents(&apps, &controller, &team).await;
+    assert_deletion_waits_no_longer_than_its_bound(&fixture, &apps, &controller, &team).await;
+}
+
+/// `db` deleted while `web` needs it stays until `web` is gone.
+async fn assert_deleted_after_its_dependents(
+    apps: &Api<DynamicObject>,
+    controller: &support::Process,
+    team: &str,
+) {
+    apps.delete("db", &DeleteParams::default())
+        .await
+        .expect("delete db");
+    let waiting = reason_is("DependentsExist");
+    let status = wait_status(apps, "db", "waiting for web", waiting, controller).await;
+    let (_, message) = ready_reason(&status);
+    assert!(
+        message.starts_with(&format!(
+            "waiting for FireworksApp {team}/web to be deleted"
+        )),
+        "{message}"
+    );
+    assert!(helm_has("db", team), "db stays while web needs it");
+    apps.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete web");
+    let web_deleted = Instant::now();
+    support::eventually("db gone", Duration::from_secs(30), || async {
+        apps.get_opt("db").await.unwrap().is_none()
+    })
+    .await;
+    println!(
+        "db gone {:.1}s after web was deleted",
+        web_deleted.elapsed().as_secs_f64()
+    );
+    assert!(!helm_has("db", team) && !helm_has("web", team));
+}
+
+/// `base` deleted while `top` needs it goes once the bounded wait is over, with an event; `top`
+/// keeps its release.
+async fn assert_deletion_waits_no_longer_than_its_bound(
+    fixture: &Fixture,
+    apps: &Api<DynamicObject>,
+    controller: &support::Process,
+    team: &str,
+) {
+    for object in [
+        app(fixture, "base", &[]),
+        app(fixture, "top", &[("base", None)]),
+    ] {
+        let name = object.metadata.name.clone().unwrap();
+        apps.create(&PostParams::default(), &object)
+            .await
+            .expect("composition");
+        wait_status(apps, &name, "Ready", phase_is("Ready"), controller).await;
+    }
+    apps.delete("base", &DeleteParams::default())
+        .await
+        .expect("delete base");
+    support::eventually("base gone", Duration::from_secs(30), || async {
+        apps.get_opt("base").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!helm_has("base", team));
+    assert!(
+        helm_has("top", team),
+        "a dependent is never uninstalled for it"
+    );
+    let events = Api::<Event>::namespaced(fixture.client.clone(), team);
+    let listed = events.list(&ListParams::default()).await.unwrap();
+    let timed_out = listed
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("DependentsTimedOut"))
+        .expect("a DependentsTimedOut event");
+    let note = timed_out.message.clone().unwrap_or_default();
+    assert!(
+        note.contains(&format!("FireworksApp {team}/top, which depend on it")),
+        "{note}"
+    );
+}
