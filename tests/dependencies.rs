@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use support::definitions::{Fixture, helm_has, run_controller_with, wait_status};
-use support::operator::{CONTROLLER_1_1_5, phase_is};
+use support::operator::{CONTROLLER_1_1_5, merge_patch, phase_is};
 
 /// How long a deleted composition waits for its dependents here.
 const DEPENDENTS_TIMEOUT: &str = "4";
@@ -47,6 +47,24 @@ fn ready_reason(status: &Value) -> (String, String) {
 
 fn reason_is(reason: &'static str) -> impl Fn(&Value) -> bool {
     move |status| ready_reason(status).0 == reason
+}
+
+/// Whether the status has condition `type_` with `value`.
+fn condition_is(status: &Value, type_: &str, value: &str) -> bool {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    conditions
+        .iter()
+        .any(|c| c["type"] == type_ && c["status"] == value)
+}
+
+/// Requests of the controller on the FireworksApp resource, watches aside.
+async fn requests_on_apps(controller: &support::Process) -> f64 {
+    let keep = |labels: &str| {
+        labels.contains(r#"resource="fireworksapps""#) && !labels.contains(r#"verb="watch""#)
+    };
+    controller
+        .metric_where("compositor_api_requests_total", keep)
+        .await
 }
 
 #[tokio::test]
@@ -86,6 +104,14 @@ async fn a_composition_waits_for_what_it_depends_on_and_a_circle_installs_nothin
         db_ready.elapsed().as_secs_f64()
     );
     assert!(helm_has("web", &team));
+    let status = apps.get("web").await.unwrap().data["status"].clone();
+    assert!(
+        condition_is(&status, "DependenciesReady", "True"),
+        "{status}"
+    );
+
+    assert_a_dependency_not_ready_later_is_a_warning(&apps, &controller, &team).await;
+    assert_many_wait_without_polling(&fixture, &apps, &controller).await;
 
     // Two and three compositions waiting for each other: none installs, each says the circle.
     create(app(&fixture, "c1", &[("c2", None)])).await;
@@ -200,3 +226,78 @@ async fn assert_deletion_waits_no_longer_than_its_bound(
         "{note}"
     );
 }
+
+/// `db` paused (no longer Ready) leaves `web` installed and Ready, its DependenciesReady
+/// condition saying so; resumed, it says so again.
+async fn assert_a_dependency_not_ready_later_is_a_warning(
+    apps: &Api<DynamicObject>,
+    controller: &support::Process,
+    team: &str,
+) {
+    let paused =
+        |value: Value| json!({"metadata": {"annotations": {"compositor.dev/paused": value}}});
+    merge_patch(apps, "db", paused(json!("true"))).await;
+    let warned = |s: &Value| condition_is(s, "DependenciesReady", "False");
+    let status = wait_status(apps, "web", "warned", warned, controller).await;
+    assert!(condition_is(&status, "Ready", "True"), "{status}");
+    let conditions = status["conditions"].as_array().unwrap();
+    let warning = conditions
+        .iter()
+        .find(|c| c["type"] == "DependenciesReady")
+        .unwrap();
+    let message = warning["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("FireworksApp {team}/db: Paused")),
+        "{message}"
+    );
+    assert!(helm_has("web", team));
+    merge_patch(apps, "db", paused(Value::Null)).await;
+    let again = |s: &Value| condition_is(s, "DependenciesReady", "True");
+    wait_status(apps, "web", "Ready again", again, controller).await;
+}
+
+/// Many compositions waiting for `hub` make no request while they wait, and all install once
+/// it is Ready.
+async fn assert_many_wait_without_polling(
+    fixture: &Fixture,
+    apps: &Api<DynamicObject>,
+    controller: &support::Process,
+) {
+    let names: Vec<String> = (0..MANY).map(|i| format!("many-{i}")).collect();
+    for name in &names {
+        apps.create(
+            &PostParams::default(),
+            &app(fixture, name, &[("hub", None)]),
+        )
+        .await
+        .expect("composition");
+    }
+    for name in &names {
+        let waiting = reason_is("DependencyNotReady");
+        wait_status(apps, name, "waiting for hub", waiting, controller).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = requests_on_apps(controller).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let waited = requests_on_apps(controller).await - before;
+    assert_eq!(waited, 0.0, "no request while {MANY} compositions wait");
+    let requests = requests_on_apps(controller).await;
+    apps.create(&PostParams::default(), &app(fixture, "hub", &[]))
+        .await
+        .expect("hub");
+    wait_status(apps, "hub", "Ready", phase_is("Ready"), controller).await;
+    let hub_ready = Instant::now();
+    for name in &names {
+        wait_status(apps, name, "Ready", phase_is("Ready"), controller).await;
+    }
+    let made = requests_on_apps(controller).await - requests;
+    println!(
+        "{MANY} dependents Ready {:.1}s after hub was seen Ready; {made} requests on the \
+         resource from hub's creation on, its own install included ({:.1} per composition)",
+        hub_ready.elapsed().as_secs_f64(),
+        made / (MANY + 1) as f64,
+    );
+}
+
+/// How many compositions wait for one.
+const MANY: usize = 20;

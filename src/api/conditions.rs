@@ -12,6 +12,8 @@ pub const STALLED: &str = "Stalled";
 pub const RECONCILING: &str = "Reconciling";
 /// A composition's: its release was installed.
 pub const INSTALLED: &str = "Installed";
+/// A composition's with `spec.dependsOn`: every composition it waits for is Ready.
+pub const DEPENDENCIES_READY: &str = "DependenciesReady";
 /// A definition's: its chart was found and downloaded.
 pub const CHART_RESOLVED: &str = "ChartResolved";
 /// A definition's: its CRD is applied and serves the chart's version.

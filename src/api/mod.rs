@@ -15,8 +15,8 @@ pub use composition::{
     LOCAL_CLUSTER, Phase, ReleaseHealth, ResourceRef,
 };
 pub use conditions::{
-    CHART_RESOLVED, CONTROLLER_READY, CRD_READY, INSTALLED, READY, RECONCILING, STALLED,
-    find_condition, remove_condition, set_condition, shorten,
+    CHART_RESOLVED, CONTROLLER_READY, CRD_READY, DEPENDENCIES_READY, INSTALLED, READY, RECONCILING,
+    STALLED, find_condition, remove_condition, set_condition, shorten,
 };
 pub use contract::{
     ControllerIdentity, GeneratedResource, MAX_RELEASE_NAME, ObjectKey, chart_role_name,

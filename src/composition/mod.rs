@@ -179,8 +179,16 @@ async fn apply(
     }
     let mut writer = StatusWriter::new(api, object);
     let result = match dependencies::ready(object, api, context).await {
-        Ok(()) => install(object, definition, context, &mut writer).await,
-        Err(waiting) => Err(waiting),
+        Ok(waiting) => {
+            writer.dependencies(waiting.as_ref().map(Option::as_deref));
+            install(object, definition, context, &mut writer).await
+        }
+        Err(error) => {
+            if let Error::DependencyNotReady(waiting) = &error {
+                writer.dependencies(Some(Some(waiting)));
+            }
+            Err(error)
+        }
     };
     writer.finish(context, result).await
 }

@@ -317,6 +317,19 @@ impl Process {
             .unwrap_or(0.0)
     }
 
+    /// The sum of the series of metric `name` whose labels `keep` keeps.
+    pub async fn metric_where(&self, name: &str, keep: impl Fn(&str) -> bool) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let labels = series.strip_prefix(name)?.strip_prefix('{')?;
+                keep(labels).then(|| value.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
     /// The sum of every series of metric `name`, whatever its labels.
     pub async fn metric_total(&self, name: &str) -> f64 {
         self.metrics()

@@ -1,6 +1,6 @@
 //! Which compositions of this kind wait for which, learnt from the watch of the kind: whether
-//! each is Ready, what it waits for, and so which to wake when one turns Ready (its
-//! dependents) or goes (what it waited for, whose deletion may wait on it).
+//! each is Ready, what it waits for, and so which to wake when one turns Ready or stops being
+//! so (its dependents) or goes (what it waited for, whose deletion may wait on it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
@@ -82,8 +82,8 @@ impl Graph {
         }
     }
 
-    /// An object seen as it is now: its dependents wake when it turns Ready, or when what it
-    /// waits for changed (a cycle through it may be gone).
+    /// An object seen as it is now: its dependents wake when it turns Ready or stops being so,
+    /// or when what it waits for changed (a cycle through it may be gone).
     fn applied(&self, state: &mut State, object: &Cached) -> Vec<Key> {
         let key = key_of(object);
         let namespace = &key.0;
@@ -99,9 +99,11 @@ impl Graph {
             ready: object.is_ready(),
         };
         let before = state.nodes.insert(key.clone(), node.clone());
-        let turned_ready = node.ready && before.as_ref().is_none_or(|b| !b.ready);
-        let needs_changed = before.as_ref().is_some_and(|b| b.needs != node.needs);
-        match turned_ready || needs_changed {
+        let turned = match &before {
+            Some(before) => before.ready != node.ready || before.needs != node.needs,
+            None => node.ready,
+        };
+        match turned {
             true => dependents_in(state, &key),
             false => Vec::new(),
         }
@@ -221,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn dependents_wake_when_what_they_wait_for_turns_ready_and_not_otherwise() {
+    fn dependents_wake_when_what_they_wait_for_turns_ready_or_stops_being_so() {
         let graph = Graph::new("App");
         assert!(
             graph
@@ -248,11 +250,10 @@ mod tests {
                 .is_empty(),
             "still Ready: nothing new"
         );
-        assert!(
-            graph
-                .observe(&Event::Apply(app("db", &[], false)))
-                .is_empty()
-        );
+        let woken = graph.observe(&Event::Apply(app("db", &[], false)));
+        assert_eq!(names(woken), ["api", "web"], "no longer Ready: they say so");
+        let web = app("web", &["db"], false);
+        assert!(graph.observe(&Event::Apply(web)).is_empty(), "unchanged");
         assert_eq!(graph.dependents("team-a", "db"), ["api", "web"]);
         assert!(graph.dependents("team-b", "db").is_empty());
     }

@@ -18,20 +18,24 @@ use kube::core::DynamicObject;
 
 use super::status::publish;
 use super::{Context, Error};
-use crate::api::{CompositionStatus, Dependency, READY, dependencies_of, find_condition};
+use crate::api::{CompositionStatus, Dependency, Phase, READY, dependencies_of, find_condition};
 use crate::runtime::events::EventType;
+
+/// What a composition waits for, as its status says it.
+pub(super) type Waiting = Option<Option<String>>;
 
 /// Whether every composition `object` waits for is Ready; if not, the error names the first
 /// that is not and why. A composition installed for its current generation is not held back
-/// (nothing of it would change): a dependency that is no longer Ready is a warning event then.
+/// (nothing of it would change): the first dependency no longer Ready is returned, for the
+/// status to warn of. `None` when it waits for nothing.
 pub(super) async fn ready(
     object: &DynamicObject,
     api: &Api<DynamicObject>,
     context: &Context,
-) -> Result<(), Error> {
+) -> Result<Waiting, Error> {
     let needs = dependencies_of(&object.data["spec"]).map_err(Error::DependencyNotAllowed)?;
     if needs.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let namespace = object.namespace().unwrap_or_default();
     let kind = &context.resource.kind;
@@ -51,20 +55,14 @@ pub(super) async fn ready(
             continue;
         };
         let waiting = format!("{kind} {namespace}/{}: {why}", need.name);
-        if !installed_as_asked(object) {
-            return Err(Error::DependencyNotReady(waiting));
-        }
-        let note = format!("{waiting}; the release installed stays as it is");
-        publish(
-            context,
-            object,
-            EventType::Warning,
-            "DependencyNotReady",
-            &note,
-        )
-        .await;
+        return match installed_as_asked(object) {
+            true => Ok(Some(Some(format!(
+                "{waiting}; the release installed stays as it is"
+            )))),
+            false => Err(Error::DependencyNotReady(waiting)),
+        };
     }
-    Ok(())
+    Ok(Some(None))
 }
 
 /// Refuses a dependency in another namespace, or of another kind.
@@ -107,9 +105,14 @@ async fn not_ready(api: &Api<DynamicObject>, name: &str) -> Result<Option<String
         ));
     }
     Ok(match find_condition(&status.conditions, READY) {
-        Some(ready) if ready.status == "True" => None,
-        Some(ready) => Some(format!("{}: {}", ready.reason, ready.message)),
+        Some(ready) if ready.status != "True" => {
+            Some(format!("{}: {}", ready.reason, ready.message))
+        }
         None => Some("no Ready condition yet".to_string()),
+        Some(_) => match status.phase {
+            Some(Phase::Ready) => None,
+            phase => Some(format!("{phase:?}")),
+        },
     })
 }
 

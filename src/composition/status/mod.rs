@@ -12,8 +12,9 @@ use serde_json::json;
 
 use super::{Context, Error};
 use crate::api::{
-    ClusterStatus, CompositionChart, CompositionStatus, HealthState, INSTALLED, Phase, READY,
-    RECONCILING, ResourceRef, STALLED, find_condition, remove_condition, set_condition,
+    ClusterStatus, CompositionChart, CompositionStatus, DEPENDENCIES_READY, HealthState, INSTALLED,
+    Phase, READY, RECONCILING, ResourceRef, STALLED, find_condition, remove_condition,
+    set_condition,
 };
 use crate::runtime::ReconcileError;
 use crate::runtime::events::EventType;
@@ -74,6 +75,39 @@ impl<'a> StatusWriter<'a> {
     pub(super) fn rendered(&mut self, chart: CompositionChart, resources: Vec<ResourceRef>) {
         self.status.chart = Some(chart);
         self.status.resources = resources;
+    }
+
+    /// Records whether every composition this one waits for is Ready: `None` when it waits for
+    /// none, else the first that is not, if any. One installed stays as it is when a dependency
+    /// stops being Ready, so that is said here, not in Ready.
+    pub(super) fn dependencies(&mut self, waiting: Option<Option<&str>>) {
+        let conditions = &mut self.status.conditions;
+        let generation = self.object.metadata.generation;
+        match waiting {
+            None => remove_condition(conditions, DEPENDENCIES_READY),
+            Some(None) => {
+                let message = "every composition it waits for is Ready";
+                set_condition(
+                    conditions,
+                    DEPENDENCIES_READY,
+                    true,
+                    "Ready",
+                    message,
+                    generation,
+                );
+            }
+            Some(Some(waiting)) => {
+                let reason = "DependencyNotReady";
+                set_condition(
+                    conditions,
+                    DEPENDENCIES_READY,
+                    false,
+                    reason,
+                    waiting,
+                    generation,
+                );
+            }
+        }
     }
 
     /// Writes that a Helm write (`note`) is under way: it may take minutes.
