@@ -1,9 +1,12 @@
 //! The per-version controller: every composition of one CRD version becomes a Helm release on
 //! each of its targets.
 //!
-//! A reconcile reads the composition fresh and leaves it alone while it is another version's
-//! or paused; deletion goes to `cleanup`, a requested move to `handover`. Otherwise data flows
-//! one way, stopping at the first problem with a condition that names it: `inputs` (the chart,
+//! A reconcile reads the composition fresh, `claim`s it when it is unlabelled and this version
+//! is the current one, and leaves it alone while it is another version's or paused; deletion
+//! goes to `cleanup` once the compositions depending on it are gone (`dependencies`), a
+//! requested move to `handover`. Otherwise data flows one way, stopping at the first problem
+//! with a condition that names it: `dependencies` (every composition it waits for is Ready) →
+//! `inputs` (the chart,
 //! the values checked against its schema) → `placement` (one target per cluster) → `release`
 //! on each target (whose it is, by `confinement`; unchanged fingerprint: no Helm call, and what
 //! `drift` watches found changed or gone is re-applied from Helm's record; inputs that failed
@@ -13,7 +16,7 @@
 //! changes reconcile (the compositions' own, and the objects their releases keep, through
 //! `drift`), the fair share of workers among namespaces, the backoff of failing compositions;
 //! `cached` is what its cache keeps of each composition (its name, a hash of what a user
-//! changed, its phase).
+//! changed, its phase, what it waits for).
 
 mod access;
 mod attempt;
@@ -102,10 +105,7 @@ async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Resu
     };
     let object = Arc::new(object);
     let mine = &context.config.identity.version;
-    let definition = context
-        .definition
-        .current(&context.config.identity.version)
-        .await?;
+    let definition = context.definition.current(mine).await?;
     let current = definition.status.as_ref().and_then(|s| s.crd.as_ref());
     let current = current.map(|crd| crd.stored_version.as_str());
     let object = match claim::claim(&api, object, current, mine).await? {

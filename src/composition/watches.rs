@@ -1,6 +1,8 @@
 //! How the controller is driven: one watch of this version's compositions (a reconcile for what
-//! a user can change, none for the controller's own status writes), every composition again
-//! when the registered clusters or the definition's health spec change, and an error policy that backs off per composition.
+//! a user can change, none for the controller's own status writes), the compositions waiting
+//! for one when it turns Ready or stops being so (`dependencies`), every composition again when
+//! the registered clusters or the definition's health spec change, and an error policy that
+//! backs off per composition.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
