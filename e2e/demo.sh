@@ -202,6 +202,29 @@ for _ in $(seq 240); do moved && break; sleep 0.5; done
 run "$HELM_BIN" history acme -n acme
 run kubectl -n demo get compositiondefinition fireworksapp -o jsonpath='{.status.rollout}'; echo
 
+step "A composition waits for the one it depends on"
+# Named with its version: kubectl's discovery cache may still know the version that went.
+apps=fireworksapps.v1-1-6.composition.compositor.dev
+for name in acme-web acme-db; do
+  needs=""
+  if [ "$name" = acme-web ]; then needs="dependsOn: [{kind: FireworksApp, name: acme-db}]"; fi
+  cat >"$TESTBED_DIR/$name.yaml" <<YAML
+apiVersion: composition.compositor.dev/v1-1-6
+kind: FireworksApp
+metadata: {name: $name, namespace: acme}
+spec:
+  $needs
+  git: {repository: acme}
+  image: {repository: localhost/pause, tag: "3.10", pullPolicy: Never}
+YAML
+done
+run kubectl apply -f "$TESTBED_DIR/acme-web.yaml"
+run kubectl -n acme wait "$apps/acme-web" --for=jsonpath='{.status.conditions[?(@.type=="Ready")].reason}'=DependencyNotReady --timeout=60s
+run kubectl -n acme get "$apps/acme-web" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}'; echo
+run kubectl apply -f "$TESTBED_DIR/acme-db.yaml"
+run kubectl -n acme wait "$apps/acme-web" --for=condition=Ready --timeout=120s
+run "$HELM_BIN" list -n acme
+
 step "The default composition: a Tenant gets cert-manager in a namespace of its own"
 run_controller tenants-v1-19-1-controller compositor-system
 cat >"$TESTBED_DIR/tenant.yaml" <<YAML
