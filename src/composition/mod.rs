@@ -60,6 +60,7 @@ use crate::api::{
 };
 use crate::runtime::{finalized, timed};
 use claim::Claim;
+use dependencies::Waits;
 use inputs::TargetRelease;
 use release::{Failure, Outcome};
 use status::StatusWriter;
@@ -179,13 +180,17 @@ async fn apply(
     }
     let mut writer = StatusWriter::new(api, object);
     let result = match dependencies::ready(object, api, context).await {
-        Ok(waiting) => {
-            writer.dependencies(waiting.as_ref().map(Option::as_deref));
+        Ok(waits) => {
+            match &waits {
+                Waits::Nothing => writer.no_dependencies(),
+                Waits::Satisfied => writer.dependencies(None),
+                Waits::NoLongerReady(waiting) => writer.dependencies(Some(waiting)),
+            }
             install(object, definition, context, &mut writer).await
         }
         Err(error) => {
             if let Error::DependencyNotReady(waiting) = &error {
-                writer.dependencies(Some(Some(waiting)));
+                writer.dependencies(Some(waiting));
             }
             Err(error)
         }

@@ -21,21 +21,28 @@ use super::{Context, Error};
 use crate::api::{CompositionStatus, Dependency, Phase, READY, dependencies_of, find_condition};
 use crate::runtime::events::EventType;
 
-/// What a composition waits for, as its status says it.
-pub(super) type Waiting = Option<Option<String>>;
+/// Where a composition stands with the compositions it waits for, when it may go on.
+pub(super) enum Waits {
+    /// It names none.
+    Nothing,
+    /// Every one it names is Ready.
+    Satisfied,
+    /// One is no longer Ready (named, and why); the release installed stays as it is.
+    NoLongerReady(String),
+}
 
 /// Whether every composition `object` waits for is Ready; if not, the error names the first
 /// that is not and why. A composition installed for its current generation is not held back
 /// (nothing of it would change): the first dependency no longer Ready is returned, for the
-/// status to warn of. `None` when it waits for nothing.
+/// status to warn of.
 pub(super) async fn ready(
     object: &DynamicObject,
     api: &Api<DynamicObject>,
     context: &Context,
-) -> Result<Waiting, Error> {
+) -> Result<Waits, Error> {
     let needs = dependencies_of(&object.data["spec"]).map_err(Error::DependencyNotAllowed)?;
     if needs.is_empty() {
-        return Ok(None);
+        return Ok(Waits::Nothing);
     }
     let namespace = object.namespace().unwrap_or_default();
     let kind = &context.resource.kind;
@@ -56,13 +63,13 @@ pub(super) async fn ready(
         };
         let waiting = format!("{kind} {namespace}/{}: {why}", need.name);
         return match installed_as_asked(object) {
-            true => Ok(Some(Some(format!(
+            true => Ok(Waits::NoLongerReady(format!(
                 "{waiting}; the release installed stays as it is"
-            )))),
+            ))),
             false => Err(Error::DependencyNotReady(waiting)),
         };
     }
-    Ok(Some(None))
+    Ok(Waits::Satisfied)
 }
 
 /// Refuses a dependency in another namespace, or of another kind.
@@ -150,7 +157,8 @@ pub(super) async fn dependents_gone(
     let elapsed = since.map_or(0, |since| {
         k8s_openapi::jiff::Timestamp::now().as_second() - since.as_second()
     });
-    let left = timeout.saturating_sub(std::time::Duration::from_secs(elapsed.max(0) as u64));
+    let elapsed = std::time::Duration::from_secs(u64::try_from(elapsed).unwrap_or(0));
+    let left = timeout.saturating_sub(elapsed);
     if !left.is_zero() {
         return Err(Error::DependentsExist { names, wait: left });
     }

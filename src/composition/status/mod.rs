@@ -77,37 +77,29 @@ impl<'a> StatusWriter<'a> {
         self.status.resources = resources;
     }
 
-    /// Records whether every composition this one waits for is Ready: `None` when it waits for
-    /// none, else the first that is not, if any. One installed stays as it is when a dependency
-    /// stops being Ready, so that is said here, not in Ready.
-    pub(super) fn dependencies(&mut self, waiting: Option<Option<&str>>) {
+    /// Records whether every composition this one waits for is Ready, or names the first that
+    /// is not (`not_ready`). One installed stays as it is when a dependency stops being Ready,
+    /// so that is said here, not in Ready.
+    pub(super) fn dependencies(&mut self, not_ready: Option<&str>) {
         let conditions = &mut self.status.conditions;
         let generation = self.object.metadata.generation;
-        match waiting {
-            None => remove_condition(conditions, DEPENDENCIES_READY),
-            Some(None) => {
-                let message = "every composition it waits for is Ready";
-                set_condition(
-                    conditions,
-                    DEPENDENCIES_READY,
-                    true,
-                    "Ready",
-                    message,
-                    generation,
-                );
-            }
-            Some(Some(waiting)) => {
-                let reason = "DependencyNotReady";
-                set_condition(
-                    conditions,
-                    DEPENDENCIES_READY,
-                    false,
-                    reason,
-                    waiting,
-                    generation,
-                );
-            }
-        }
+        let (ready, reason, message) = match not_ready {
+            None => (true, "Ready", "every composition it waits for is Ready"),
+            Some(waiting) => (false, "DependencyNotReady", waiting),
+        };
+        set_condition(
+            conditions,
+            DEPENDENCIES_READY,
+            ready,
+            reason,
+            message,
+            generation,
+        );
+    }
+
+    /// Records that the composition waits for nothing.
+    pub(super) fn no_dependencies(&mut self) {
+        remove_condition(&mut self.status.conditions, DEPENDENCIES_READY);
     }
 
     /// Writes that a Helm write (`note`) is under way: it may take minutes.
