@@ -295,6 +295,10 @@ pub fn publish_indexed(name: &str, files: &[(&str, &str)]) {
     let dir = |path: &std::path::Path| path.to_str().unwrap().to_string();
     helm.ok(&["package", &dir(&source), "-d", &dir(&packaged)], None);
     let repo = testbed.join("repo");
+    // The index is read, merged and written again: tests publishing at once would lose each
+    // other's entries, so one publishes at a time.
+    let lock = std::fs::File::create(testbed.join("repo-index.lock")).unwrap();
+    lock.lock().unwrap();
     let index = dir(&repo.join("index.yaml"));
     helm.ok(&["repo", "index", &dir(&packaged), "--merge", &index], None);
     for entry in std::fs::read_dir(&packaged).unwrap() {
