@@ -13,6 +13,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use compositor::api::{CompositionDefinition, find_condition};
+use support::definitions::controller_in;
 use support::{Process, Remote};
 
 /// The remote cluster's name: its Secret's.
@@ -52,6 +53,7 @@ struct Rollout {
     namespace: String,
     compositions: Api<DynamicObject>,
     controller: Process,
+    _controller_cache: tempfile::TempDir,
     _operator: Process,
 }
 
@@ -116,23 +118,10 @@ impl Rollout {
             },
         )
         .await;
-        let controller_cache = std::env::temp_dir().join(support::unique("controller-cache"));
-        let controller = support::run_deployment(
-            &client,
-            &namespace,
-            &format!("{}-{}-controller", chart.plural, chart.version),
-            &[
-                "--metrics-address",
-                "127.0.0.1:0",
-                "--cache-dir",
-                controller_cache.to_str().unwrap(),
-                "--remote-uninstall-attempts",
-                "2",
-                "--log-format",
-                "json",
-            ],
-        )
-        .await;
+        let name = format!("{}-{}-controller", chart.plural, chart.version);
+        let extra = ["--remote-uninstall-attempts", "2"];
+        let (controller, controller_cache) =
+            controller_in(&client, &namespace, &name, &extra).await;
         let resource = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(&group, chart.version, chart.kind),
             chart.plural,
@@ -145,6 +134,7 @@ impl Rollout {
             client,
             namespace,
             controller,
+            _controller_cache: controller_cache,
             _operator: operator,
         }
     }
@@ -1005,14 +995,7 @@ async fn a_new_version_reaches_the_canary_cluster_first_and_the_others_once_it_i
         deployments.get_opt(next).await.unwrap().is_some()
     })
     .await;
-    let cache = std::env::temp_dir().join(support::unique("controller-cache"));
-    let args = [
-        "--metrics-address",
-        "127.0.0.1:0",
-        "--cache-dir",
-        cache.to_str().unwrap(),
-    ];
-    let _next = support::run_deployment(&rollout.client, &rollout.namespace, next, &args).await;
+    let _next = controller_in(&rollout.client, &rollout.namespace, next, &[]).await;
 
     let on_zone_first = |s: &Value| entry_on(s, ZONE)["chartVersion"] == "0.2.0";
     rollout.wait(&name, "0.2.0 on zone", on_zone_first).await;
