@@ -144,6 +144,19 @@ async fn a_composition_waits_for_what_it_depends_on_and_a_circle_installs_nothin
         "{message}"
     );
     assert!(!helm_has("nosy", &team));
+    // Nor reached by a name that is a path.
+    let path = "db/../../../../kube-system/fireworksapps/db";
+    create(app(&fixture, "sneaky", &[(path, None)])).await;
+    let status = wait_status(
+        &apps,
+        "sneaky",
+        "refused",
+        reason_is("DependencyNotAllowed"),
+        &controller,
+    )
+    .await;
+    let (_, message) = ready_reason(&status);
+    assert!(message.starts_with("spec.dependsOn[0].name: "), "{message}");
 
     assert_deleted_after_its_dependents(&apps, &controller, &team).await;
     assert_deletion_waits_no_longer_than_its_bound(&fixture, &apps, &controller, &team).await;

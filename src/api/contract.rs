@@ -11,6 +11,22 @@ use std::str::FromStr;
 /// Helm refuses release names longer than this.
 pub const MAX_RELEASE_NAME: usize = 53;
 
+/// Whether `name` is a DNS-1123 subdomain, as the API server requires of a custom resource's
+/// name and of an API group: lower-case letters, digits, `-` and `.`, each dot-separated label
+/// starting and ending with a letter or digit, at most 253 characters. Such a name is one path
+/// segment of a request, never more.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label = |l: &str| {
+        let edge = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        !l.is_empty()
+            && l.len() <= 63
+            && l.starts_with(edge)
+            && l.ends_with(edge)
+            && l.chars().all(|c| edge(c) || c == '-')
+    };
+    name.len() <= 253 && name.split('.').all(label)
+}
+
 /// A namespaced object's key, `<namespace>/<name>`: how a controller's `--definition` flag
 /// and the owner annotation of a definition's objects name the definition.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::is_dns_subdomain;
+
 /// The `spec` key of a composition that names the compositions it waits for.
 pub const DEPENDS_ON: &str = "dependsOn";
 
@@ -39,8 +41,18 @@ pub fn dependencies_of(spec: &Value) -> Result<Vec<Dependency>, String> {
         .iter()
         .enumerate()
         .map(|(at, entry)| {
-            serde_json::from_value(entry.clone())
-                .map_err(|e| format!("spec.{DEPENDS_ON}[{at}]: {e}"))
+            let field = format!("spec.{DEPENDS_ON}[{at}]");
+            let dependency: Dependency =
+                serde_json::from_value(entry.clone()).map_err(|e| format!("{field}: {e}"))?;
+            // The name becomes a segment of the request that reads the dependency: anything
+            // but an object name could reach past the composition's namespace.
+            match is_dns_subdomain(&dependency.name) {
+                true => Ok(dependency),
+                false => Err(format!(
+                    "{field}.name: {:?} is not an object name (a DNS-1123 subdomain)",
+                    dependency.name
+                )),
+            }
         })
         .collect()
 }
@@ -74,5 +86,18 @@ mod tests {
         );
         let bad = dependencies_of(&json!({"dependsOn": "base"})).unwrap_err();
         assert_eq!(bad, "spec.dependsOn: not a list");
+        for name in [
+            "../../team-b/apps/x",
+            "x/y",
+            "a..b",
+            "",
+            "Base",
+            "x%2F..%2Fy",
+        ] {
+            let spec = json!({"dependsOn": [{"kind": "App", "name": "base"},
+                                            {"kind": "App", "name": name}]});
+            let bad = dependencies_of(&spec).unwrap_err();
+            assert!(bad.starts_with("spec.dependsOn[1].name: "), "{name}: {bad}");
+        }
     }
 }

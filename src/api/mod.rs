@@ -20,7 +20,7 @@ pub use conditions::{
 };
 pub use contract::{
     ControllerIdentity, GeneratedResource, MAX_RELEASE_NAME, ObjectKey, chart_role_name,
-    cluster_name, controller_name, release_identity, release_name,
+    cluster_name, controller_name, is_dns_subdomain, release_identity, release_name,
 };
 pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef, SecretRef};
 pub use definition::{

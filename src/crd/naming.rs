@@ -2,7 +2,7 @@
 //! overridable, each checked against the apiserver's rules before anything is applied.
 
 use super::Error;
-use crate::api::NameOverrides;
+use crate::api::{NameOverrides, is_dns_subdomain};
 
 /// The API group of generated CRDs unless a definition names another.
 pub const DEFAULT_GROUP: &str = "composition.compositor.dev";
@@ -194,15 +194,7 @@ fn check_label(field: &'static str, value: &str) -> Result<(), Error> {
 
 /// DNS-1123 subdomain with at least one dot, as the apiserver requires of a CRD group.
 fn check_group(group: &str) -> Result<(), Error> {
-    let labels_ok = group.split('.').all(|l| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && l.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    });
-    if labels_ok && group.contains('.') && group.len() <= 253 {
+    if is_dns_subdomain(group) && group.contains('.') {
         Ok(())
     } else {
         Err(Error::InvalidName {
