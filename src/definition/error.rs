@@ -59,6 +59,11 @@ pub enum Error {
     /// Something is not there yet; not a failure.
     #[error("waiting for the {0}")]
     Waiting(&'static str),
+    /// The definition changed since this reconcile read it (the reconcile saw a cached copy
+    /// older than its own last status write): nothing decided from it is recorded, and the
+    /// newer copy is reconciled next.
+    #[error("the definition changed since it was read")]
+    Superseded,
     /// Compositions are still being uninstalled.
     #[error("waiting for {0} compositions to be deleted")]
     CompositionsRemaining(usize),
@@ -122,7 +127,9 @@ impl Error {
             Error::ApprovalRequired { .. } => (CONTROLLER_READY, "ApprovalRequired"),
             Error::ClusterSecretsNotListed { .. } => (CONTROLLER_READY, "ClusterSecretsNotListed"),
             Error::Bundles(..) => (CONTROLLER_READY, "KubernetesAPIError"),
-            Error::Kube(..) | Error::Finalizer(_) => (READY, "KubernetesAPIError"),
+            Error::Kube(..) | Error::Finalizer(_) | Error::Superseded => {
+                (READY, "KubernetesAPIError")
+            }
         }
     }
 }

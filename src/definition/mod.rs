@@ -128,9 +128,9 @@ async fn apply(
     {
         status.observed_generation = generation;
     }
-    report::publish_transition(context, definition, &previous, &status).await;
     if status != previous {
-        report::write_status(api, definition, status).await?;
+        report::write_status(api, definition, status.clone()).await?;
+        report::publish_transition(context, definition, &previous, &status).await;
     }
     result
 }

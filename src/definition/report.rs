@@ -17,19 +17,26 @@ pub(super) async fn write_status(
     definition: &CompositionDefinition,
     status: CompositionDefinitionStatus,
 ) -> Result<(), Error> {
+    // The resourceVersion read is a precondition: a status decided from a cached copy older
+    // than the last write (a rollout's phase, its counts) never replaces the newer one.
     let patch = json!({
         "apiVersion": CompositionDefinition::api_version(&()),
         "kind": CompositionDefinition::kind(&()),
+        "metadata": {"resourceVersion": definition.resource_version()},
         "status": status,
     });
-    api.patch_status(
-        &definition.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| Error::Kube("write status", e))?;
-    Ok(())
+    let written = api
+        .patch_status(
+            &definition.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await;
+    match written {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(response)) if response.code == 409 => Err(Error::Superseded),
+        Err(error) => Err(Error::Kube("write status", error)),
+    }
 }
 
 /// Publishes an event when Ready changes status or reason, and when the resolved chart version
@@ -131,4 +138,58 @@ async fn publish(
         .recorder
         .publish(&reference, type_, reason, &note)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::CompositionDefinitionSpec;
+    use crate::runtime::mock_api;
+
+    const STATUS_PATH: &str =
+        "/apis/compositor.dev/v1alpha1/namespaces/platform/compositiondefinitions/web/status";
+
+    fn read_at(resource_version: &str) -> CompositionDefinition {
+        let spec = json!({"chart": {"url": "oci://registry/web"}});
+        let mut definition = CompositionDefinition::new(
+            "web",
+            serde_json::from_value::<CompositionDefinitionSpec>(spec).unwrap(),
+        );
+        definition.metadata.namespace = Some("platform".into());
+        definition.metadata.resource_version = Some(resource_version.into());
+        definition
+    }
+
+    #[tokio::test]
+    async fn a_status_decided_from_an_older_copy_is_not_written() {
+        let (client, mut server) = mock_api::client();
+        let api = Api::namespaced(client, "platform");
+        let status = CompositionDefinitionStatus::default();
+        let conflict = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "Conflict", "code": 409, "message": "the object has been modified",
+        });
+        let answer = async {
+            let patch = server
+                .expect(Method::PATCH, STATUS_PATH, 409, conflict)
+                .await;
+            assert_eq!(
+                patch.body["metadata"]["resourceVersion"], "41",
+                "{}",
+                patch.body
+            );
+        };
+        let stale = read_at("41");
+        let (written, ()) = tokio::join!(write_status(&api, &stale, status.clone()), answer);
+        assert!(matches!(written, Err(Error::Superseded)), "{written:?}");
+
+        let fresh = read_at("42");
+        let answer = server.expect(Method::PATCH, STATUS_PATH, 200, json!(fresh));
+        let (written, _) = tokio::join!(write_status(&api, &fresh, status), answer);
+        assert!(written.is_ok(), "{written:?}");
+        server.expect_nothing_more().await;
+    }
 }

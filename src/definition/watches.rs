@@ -92,6 +92,7 @@ fn error_policy(
     _context: Arc<Context>,
 ) -> Action {
     match error {
+        Error::Superseded => Action::requeue(Duration::from_secs(1)),
         Error::Waiting(_) | Error::CompositionsRemaining(_) => {
             Action::requeue(Duration::from_secs(2))
         }
