@@ -5,9 +5,6 @@
 //! forever: its uninstall is tried a bounded number of times, then abandoned with an
 //! `UninstallAbandoned` event naming the cluster and release.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -24,31 +21,6 @@ use crate::api::{
     ClusterStatus, CompositionDefinition, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, Placement,
 };
 use crate::runtime::events::EventType;
-
-/// Failed uninstall attempts per (composition UID, cluster), kept in memory: a restart starts
-/// counting again, which still ends.
-#[derive(Default)]
-pub(super) struct Attempts(Mutex<HashMap<(String, String), u32>>);
-
-impl Attempts {
-    /// Counts one more failure; the count so far.
-    fn failed(&self, uid: &str, cluster: &str) -> u32 {
-        let Ok(mut counts) = self.0.lock() else {
-            return u32::MAX;
-        };
-        let count = counts
-            .entry((uid.to_string(), cluster.to_string()))
-            .or_default();
-        *count += 1;
-        *count
-    }
-
-    fn forget(&self, uid: &str, cluster: &str) {
-        if let Ok(mut counts) = self.0.lock() {
-            counts.remove(&(uid.to_string(), cluster.to_string()));
-        }
-    }
-}
 
 /// Deletion: uninstall the release from every target — the clusters placed on now and those an
 /// entry says it is installed on — then remove the namespace compositor created for it there.
@@ -123,25 +95,16 @@ async fn remove_bounded(
     let uid = object.uid().unwrap_or_default();
     match remove(object, context, target, owns_namespace).await {
         Ok(()) => {
-            context
-                .memory
-                .uninstall_attempts
-                .forget(&uid, &target.cluster);
+            context.remotes.uninstalled(&uid, &target.cluster);
             Ok(())
         }
         Err(error) if target.cluster == LOCAL_CLUSTER => Err(error),
         Err(error) => {
-            let attempts = context
-                .memory
-                .uninstall_attempts
-                .failed(&uid, &target.cluster);
+            let attempts = context.remotes.uninstall_failed(&uid, &target.cluster);
             if attempts < context.config.remote_uninstall_attempts {
                 return Err(error);
             }
-            context
-                .memory
-                .uninstall_attempts
-                .forget(&uid, &target.cluster);
+            context.remotes.uninstalled(&uid, &target.cluster);
             let note = format!(
                 "release {} on cluster {} abandoned after {attempts} attempts: {}",
                 target.release,

@@ -1,5 +1,8 @@
 //! What the controller's reconciles share: its configuration, its clients and Helm, the
-//! definition and clusters as watches keep them, and what it remembers between reconciles.
+//! definition and clusters as watches keep them, and the caches of the steps that read the
+//! cluster (kinds, remote clusters, the last chart, drift watches, the dependency graph). What a
+//! step remembers of its own between reconciles belongs to that step's service; the backoff and
+//! the echo filter are the driver's (`watches`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +10,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::core::ApiResource;
 
-use super::{access, cleanup, dependencies, drift, error, inputs, reach, watches};
+use super::{access, dependencies, drift, inputs, reach};
 use crate::api::ControllerIdentity;
 use crate::api::GeneratedResource;
 use crate::chart::Cache;
@@ -45,8 +48,11 @@ pub struct Context {
     pub(super) kinds: Arc<access::Kinds>,
     pub(super) clusters: Option<crate::clusters::Registry>,
     pub(super) definition: inputs::DefinitionWatch,
-    /// What the controller remembers between reconciles.
-    pub(super) memory: Memory,
+    /// Discovery results and the last client of each remote cluster, and how its releases'
+    /// uninstalls went.
+    pub(super) remotes: reach::Remotes,
+    /// The chart last fetched, so that an unchanged one is not read again.
+    pub(super) last_chart: inputs::LastChart,
     /// `--workers` permits, shared out among namespaces in turn.
     pub(super) workers: crate::runtime::FairGate,
     /// Where Helm's rendered manifests are admitted before Helm writes them.
@@ -109,7 +115,8 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             clusters,
             definition,
-            memory: Memory::default(),
+            remotes: reach::Remotes::default(),
+            last_chart: inputs::LastChart::default(),
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
             drift: drift::Watches::new(metrics.clone()),
@@ -208,22 +215,4 @@ async fn discover(
                 plural.to_string(),
             ))
         })
-}
-
-/// What the controller remembers between reconciles, in memory only: all of it is learnt
-/// again after a restart.
-#[derive(Default)]
-pub(super) struct Memory {
-    /// Discovery results and the last client of each remote cluster.
-    pub remotes: reach::Remotes,
-    /// Tries of each deleted composition's uninstall on an unreachable cluster.
-    pub uninstall_attempts: cleanup::Attempts,
-    /// The chart last fetched, so that an unchanged one is not read again.
-    pub last_chart: inputs::LastChart,
-    /// Failures in a row of each composition, for its backoff.
-    pub failures: error::Failures,
-    /// The compositions as the controller's own claim left them, so that it is not an event.
-    pub own_changes: watches::OwnChanges,
-    /// Corrections of each object lately, so that a fight with another writer ends.
-    pub drift_corrections: drift::Corrections,
 }

@@ -225,12 +225,9 @@ pub(super) async fn fetch_chart(
         .filter(|chart| chart.version == chart_version)
         .map(|chart| chart.digest.as_str());
     let options = &definition.spec.schema;
-    if let Some(last) = digest.and_then(|digest| {
-        context
-            .memory
-            .last_chart
-            .get(&chart_version, digest, options)
-    }) {
+    if let Some(last) =
+        digest.and_then(|digest| context.last_chart.get(&chart_version, digest, options))
+    {
         return Ok(last);
     }
     let policy = chart::credentials::RefPolicy {
@@ -247,7 +244,7 @@ pub(super) async fn fetch_chart(
     }
     let fetched = chart::fetch(&reference, &context.cache).await?;
     let chart = Arc::new(Chart::new(fetched, options)?);
-    context.memory.last_chart.remember(&chart);
+    context.last_chart.remember(&chart);
     Ok(chart)
 }
 

@@ -65,30 +65,30 @@ use inputs::TargetRelease;
 use release::{Failure, Outcome};
 use status::StatusWriter;
 
-/// One reconcile, timed and counted.
-#[tracing::instrument(skip(object, context), fields(composition = %object.name_any()))]
-async fn reconcile(object: Arc<cached::Cached>, context: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile, timed; a claim it makes is remembered in `own_changes`.
+#[tracing::instrument(skip_all, fields(composition = %object.name_any()))]
+async fn reconcile(
+    object: Arc<cached::Cached>,
+    context: &Context,
+    own_changes: &watches::OwnChanges,
+) -> Result<Action, Error> {
     let _worker = context
         .workers
         .enter(object.meta().namespace.as_deref().unwrap_or_default())
         .await;
-    let uid = object.uid().unwrap_or_default();
     // Boxed, so that the reconciles waiting for a worker above hold a small future each, not
     // the whole install's state.
-    let result = timed(
-        &context.metrics,
-        Box::pin(reconcile_inner(object, &context)),
-    )
-    .await;
-    if result.is_ok() {
-        context.memory.failures.succeeded(&uid);
-    }
-    result
+    let inner = reconcile_inner(object, context, own_changes);
+    timed(&context.metrics, Box::pin(inner)).await
 }
 
 /// Reads the composition fresh, then: is it this version's, should it move, is it paused; if
 /// none of these stops it, the finalizer decides between apply and cleanup.
-async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    cached: Arc<cached::Cached>,
+    context: &Context,
+    own_changes: &watches::OwnChanges,
+) -> Result<Action, Error> {
     let namespace = cached.namespace().unwrap_or_default();
     let api = Api::<DynamicObject>::namespaced_with(
         context.client.clone(),
@@ -112,7 +112,7 @@ async fn reconcile_inner(cached: Arc<cached::Cached>, context: &Context) -> Resu
     let object = match claim::claim(&api, object, current, mine).await? {
         Claim::Ours(object) => object,
         Claim::Claimed(object) => {
-            context.memory.own_changes.made(&object);
+            own_changes.made(&object);
             object
         }
         Claim::NotOurs => return Ok(Action::await_change()),
@@ -352,10 +352,7 @@ async fn release_on(
             error: reach.blame(error),
             entry,
         });
-    reach.record(
-        &context.memory.remotes,
-        outcome.as_ref().err().map(|f| &f.error),
-    );
+    reach.record(&context.remotes, outcome.as_ref().err().map(|f| &f.error));
     let drifts = drift::mode(&definition.drift, object).is_ok_and(|m| m != DriftMode::Ignore);
     let health = definition.health.mode == HealthMode::Wait;
     if outcome.is_ok() && (drifts || health) {

@@ -89,13 +89,18 @@ impl Reach {
 /// What the controller keeps of remote clusters: discovery results per cluster and kubeconfig
 /// revision (a kubeconfig that changed may point at another apiserver), and the last client of
 /// each, so that the releases of a cluster whose Secret was unlabelled or deleted can still be
-/// removed while it answers.
+/// removed while it answers; which clusters did not answer lately, and how many uninstalls
+/// failed on each, so that a deletion gives up on one that never answers.
 #[derive(Default)]
 pub(super) struct Remotes {
     kinds: Mutex<HashMap<String, Arc<Kinds>>>,
     last: Mutex<HashMap<String, clusters::ClusterClient>>,
     /// Clusters (per kubeconfig revision) that did not answer: when, and the error then.
     unreachable: Mutex<HashMap<String, (Instant, clusters::Error)>>,
+    /// Failed uninstall attempts per (composition UID, cluster), so that a deletion does not
+    /// wait for an unreachable cluster for ever; a restart starts counting again, which still
+    /// ends.
+    uninstall_attempts: Mutex<HashMap<(String, String), u32>>,
 }
 
 /// How long a cluster that did not answer is reported unreachable without being asked again.
@@ -147,6 +152,27 @@ impl Remotes {
     fn last(&self, name: &str) -> Option<clusters::ClusterClient> {
         self.last.lock().ok()?.get(name).cloned()
     }
+
+    /// Counts one more failed uninstall of composition `uid`'s release on `cluster`; the count
+    /// so far.
+    pub(super) fn uninstall_failed(&self, uid: &str, cluster: &str) -> u32 {
+        let Ok(mut counts) = self.uninstall_attempts.lock() else {
+            return u32::MAX;
+        };
+        let count = counts
+            .entry((uid.to_string(), cluster.to_string()))
+            .or_default();
+        *count += 1;
+        *count
+    }
+
+    /// Forgets the failed uninstalls of composition `uid`'s release on `cluster`: it is gone,
+    /// or abandoned.
+    pub(super) fn uninstalled(&self, uid: &str, cluster: &str) {
+        if let Ok(mut counts) = self.uninstall_attempts.lock() {
+            counts.remove(&(uid.to_string(), cluster.to_string()));
+        }
+    }
 }
 
 impl Context {
@@ -195,19 +221,19 @@ impl Context {
         };
         let cluster = match registry.client(name).await {
             Ok(cluster) => {
-                self.memory.remotes.remember(&cluster);
+                self.remotes.remember(&cluster);
                 cluster
             }
             Err(error @ clusters::Error::ClusterNotFound { .. }) => {
-                self.memory.remotes.last(name).ok_or(error)?
+                self.remotes.last(name).ok_or(error)?
             }
             Err(error) => return Err(error.into()),
         };
-        if let Some(error) = self.memory.remotes.recently_unreachable(&cluster) {
+        if let Some(error) = self.remotes.recently_unreachable(&cluster) {
             return Err(Error::Cluster(error));
         }
         Ok(Reach {
-            kinds: self.memory.remotes.kinds(&cluster),
+            kinds: self.remotes.kinds(&cluster),
             client: cluster.client.clone(),
             config: cluster.config.clone(),
             remote: Some(cluster),

@@ -2,7 +2,8 @@
 //! a user can change, none for the controller's own status writes), the compositions waiting
 //! for one when it turns Ready or stops being so (`dependencies`), every composition again when
 //! the registered clusters or the definition's health spec change, and an error policy that
-//! backs off per composition.
+//! backs off per composition. The backoff's count and the echo filter are the driver's own
+//! memory ([`Driver`]), beside the services every reconcile shares.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 
 use super::cached::{Cached, asked_for};
+use super::error::Failures;
 use super::{Context, Error, reconcile};
 
 /// Runs the controller until `shutdown` resolves.
@@ -53,9 +55,14 @@ pub async fn run(
             |object: &Cached| Some(object.asked_for()),
             PredicateConfig::default(),
         );
-    let own = context.clone();
+    let driver = Arc::new(Driver {
+        context: context.clone(),
+        failures: Failures::default(),
+        own_changes: OwnChanges::default(),
+    });
+    let own = driver.clone();
     let changes = changes.filter(move |object| {
-        let echo = matches!(object, Ok(object) if own.memory.own_changes.is_echo(object));
+        let echo = matches!(object, Ok(object) if own.own_changes.is_echo(object));
         futures::future::ready(!echo)
     });
     let clusters_changed = cluster_changes(context.clusters.clone());
@@ -71,8 +78,27 @@ pub async fn run(
         // namespaces in turn (kube's own limit would run them in the order they fell due).
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context);
+        .run(reconcile_counted, error_policy, driver);
     crate::runtime::drain(results).await;
+}
+
+/// What drives the reconciles: the services they share, and what the driver remembers itself.
+struct Driver {
+    context: Arc<Context>,
+    /// Failures in a row of each composition, for its backoff.
+    failures: Failures,
+    /// The compositions as the controller's own claim left them, so that it is not an event.
+    own_changes: OwnChanges,
+}
+
+/// One reconcile; a success starts the composition's backoff again.
+async fn reconcile_counted(object: Arc<Cached>, driver: Arc<Driver>) -> Result<Action, Error> {
+    let uid = object.uid().unwrap_or_default();
+    let result = reconcile(object, &driver.context, &driver.own_changes).await;
+    if result.is_ok() {
+        driver.failures.succeeded(&uid);
+    }
+    result
 }
 
 /// Compositions per page when the watch lists them.
@@ -141,11 +167,8 @@ impl OwnChanges {
 
 /// Logs the failure and looks again when the error says, later with each failure in a row
 /// (see [`Error::backoff`]).
-fn error_policy(object: Arc<Cached>, error: &Error, context: Arc<Context>) -> Action {
-    let failures = context
-        .memory
-        .failures
-        .failed(&object.uid().unwrap_or_default());
+fn error_policy(object: Arc<Cached>, error: &Error, driver: Arc<Driver>) -> Action {
+    let failures = driver.failures.failed(&object.uid().unwrap_or_default());
     crate::runtime::log_failure("composition", &object.name_any(), error);
     Action::requeue(error.backoff(failures))
 }

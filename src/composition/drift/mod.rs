@@ -166,8 +166,8 @@ pub(super) async fn settle(
         }
         if release
             .context
-            .memory
-            .drift_corrections
+            .drift
+            .corrections
             .too_many(&uid, &finding.object)
         {
             // A role or binding is never left as the other writer made it, which may grant

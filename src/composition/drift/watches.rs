@@ -42,6 +42,8 @@ pub(in crate::composition) struct Watches {
     running: Mutex<HashMap<WatchKey, Running>>,
     /// The compositions to reconcile, until the controller takes them.
     triggered: Mutex<Option<mpsc::UnboundedReceiver<CompositionKey>>>,
+    /// Corrections of each object lately, so that a fight with another writer ends.
+    pub(in crate::composition) corrections: super::Corrections,
 }
 
 /// A running watch and the releases it serves: it stops when the last one is forgotten.
@@ -67,6 +69,7 @@ impl Watches {
             connections: Connections::new(metrics),
             running: Mutex::default(),
             triggered: Mutex::new(Some(triggered)),
+            corrections: super::Corrections::default(),
         }
     }
 
