@@ -248,6 +248,25 @@ run kubectl -n demo get tenants
 run "$HELM_BIN" list -n globex
 run kubectl -n globex get deployments
 
+step "A composition in the Tenant's namespace waits for the Tenant that made it"
+cat >"$TESTBED_DIR/globex-web.yaml" <<YAML
+apiVersion: composition.compositor.dev/v1-1-6
+kind: FireworksApp
+metadata: {name: web, namespace: globex}
+spec:
+  dependsOn: [{kind: Tenant, name: globex}]
+  git: {repository: globex}
+YAML
+run kubectl apply -f "$TESTBED_DIR/globex-web.yaml"
+run kubectl -n globex wait "$apps/web" --for=jsonpath='{.status.conditions[?(@.type=="Ready")].reason}'=DependencyNotReady --timeout=60s
+# Once the operator lets its controller read Tenants, it names the Tenant's own reason.
+for _ in $(seq 120); do
+  kubectl -n globex get "$apps/web" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}' \
+    | grep -q '^waiting for Tenant demo/globex: Progressing' && break
+  sleep 0.5
+done
+run kubectl -n globex get "$apps/web" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}'; echo
+
 step "A second cluster registers with a Secret: every Tenant is installed there too"
 EDGE_DIR="$TESTBED_DIR/edge"
 TESTBED_DIR="$EDGE_DIR" "$ROOT/e2e/testbed.sh" up --control-plane-only >/dev/null

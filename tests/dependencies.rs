@@ -1,16 +1,19 @@
 //! `spec.dependsOn`: a composition waits for those it names, a circle of waits installs
 //! nothing, another namespace cannot be named, and a deleted composition goes after those that
-//! depend on it, or once its bounded wait is over.
+//! depend on it, or once its bounded wait is over; a composition of another kind is found in
+//! the namespace or as the one whose release made it (a Tenant), and only then is it read.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use support::definitions::{Fixture, helm_has, run_controller_with, wait_status};
+use support::definitions::{
+    Fixture, can_i, helm_has, run_controller, run_controller_with, wait_status,
+};
 use support::operator::{CONTROLLER_1_1_5, merge_patch, phase_is};
 
 /// How long a deleted composition waits for its dependents here.
@@ -313,4 +316,139 @@ async fn assert_many_wait_without_polling(
 }
 
 /// How many compositions wait for one.
-const MANY: usize = 20;
+const MANY: usize = 50;
+
+/// Whether the FireworksApp controller may list compositions of kind `plural`.
+async fn apps_controller_lists(fixture: &Fixture, plural: &str) -> bool {
+    can_i(
+        fixture,
+        CONTROLLER_1_1_5,
+        "list",
+        &fixture.group,
+        plural,
+        None,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_composition_waits_for_the_tenant_whose_release_made_its_namespace() {
+    let fixture = Fixture::new("depk").await;
+    fixture.fireworksapp_ready("1.1.5").await;
+    // A Tenant-like kind of the same group: each one installs into a namespace named after it.
+    let spec = json!({
+        "chart": {
+            "url": support::env("COMPOSITOR_TEST_REPO_URL"), "repo": "fireworks-app",
+            "version": "1.1.5",
+            "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
+                            "passwordRef": {"name": "repo-password", "key": "password"}},
+        },
+        "names": {"group": fixture.group, "kind": "Base"},
+        "placement": {"namespace": "CompositionName"},
+    });
+    support::apply_definition(&fixture.client, &fixture.namespace, "base", spec).await;
+    fixture.wait_condition("base", "Ready", "True").await;
+    let (controller, _cache) = run_controller(&fixture, CONTROLLER_1_1_5).await;
+    let (bases_controller, _bases_cache) = run_controller(&fixture, BASES_CONTROLLER).await;
+    let platform = support::namespace(&fixture.client, "depk-platform").await;
+    let bases = fixture.compositions("Base", "bases", "v1-1-5", &platform);
+    assert!(
+        !apps_controller_lists(&fixture, "bases").await,
+        "nothing of another kind before a composition names it"
+    );
+
+    // The tenant, paused: its namespace is made, its release not yet.
+    let team = support::unique("depk-team");
+    let mut base = fixture.fireworksapp(&team, "base");
+    base.types.as_mut().unwrap().kind = "Base".into();
+    base.metadata.annotations = Some([("compositor.dev/paused".into(), "true".into())].into());
+    bases.create(&PostParams::default(), &base).await.unwrap();
+    let namespaces = Api::<Namespace>::all(fixture.client.clone());
+    support::eventually("its namespace", Duration::from_secs(30), || async {
+        namespaces.get_opt(&team).await.unwrap().is_some()
+    })
+    .await;
+
+    let apps = fixture.fireworksapps("v1-1-5", &team);
+    let mut web = fixture.fireworksapp("web", "acme");
+    web.data["spec"]["dependsOn"] = json!([{"kind": "Base", "name": team}]);
+    apps.create(&PostParams::default(), &web).await.unwrap();
+    let waiting = reason_is("DependencyNotReady");
+    let status = wait_status(&apps, "web", "waiting for its tenant", waiting, &controller).await;
+    let (_, message) = ready_reason(&status);
+    assert!(message.starts_with("waiting for Base "), "{message}");
+    assert!(
+        !helm_has("web", &team),
+        "no release before its tenant is Ready"
+    );
+    support::eventually("bases readable", Duration::from_secs(30), || {
+        apps_controller_lists(&fixture, "bases")
+    })
+    .await;
+
+    merge_patch(
+        &bases,
+        &team,
+        json!({"metadata": {"annotations": {"compositor.dev/paused": null}}}),
+    )
+    .await;
+    wait_status(&bases, &team, "Ready", phase_is("Ready"), &bases_controller).await;
+    let tenant_ready = Instant::now();
+    wait_status(&apps, "web", "Ready", phase_is("Ready"), &controller).await;
+    println!(
+        "web Ready {:.1}s after its tenant (its install included)",
+        tenant_ready.elapsed().as_secs_f64()
+    );
+    assert!(helm_has("web", &team));
+    let status = apps.get("web").await.unwrap().data["status"].clone();
+    assert!(
+        condition_is(&status, "DependenciesReady", "True"),
+        "{status}"
+    );
+    let (_, message) = ready_reason(&status);
+    assert!(!message.contains("waiting"), "{message}");
+
+    assert_only_this_namespaces_tenant_and_served_kinds(&fixture, &apps, &controller, &team).await;
+}
+
+/// The tenant of `team` is not found from another namespace, and a kind the group does not
+/// serve is refused.
+async fn assert_only_this_namespaces_tenant_and_served_kinds(
+    fixture: &Fixture,
+    apps: &Api<DynamicObject>,
+    controller: &support::Process,
+    team: &str,
+) {
+    // From another namespace the same tenant is not there to be found, though it exists.
+    let other = support::namespace(&fixture.client, "depk-other").await;
+    let others = fixture.fireworksapps("v1-1-5", &other);
+    let mut nosy = fixture.fireworksapp("nosy", "acme");
+    nosy.data["spec"]["dependsOn"] = json!([{"kind": "Base", "name": team}]);
+    others.create(&PostParams::default(), &nosy).await.unwrap();
+    let status = wait_status(
+        &others,
+        "nosy",
+        "not found",
+        reason_is("DependencyNotReady"),
+        controller,
+    )
+    .await;
+    let (_, message) = ready_reason(&status);
+    assert_eq!(message, format!("waiting for Base {other}/{team}: absent"));
+
+    // A kind the group does not serve is refused, naming the field.
+    let mut typo = fixture.fireworksapp("typo", "acme");
+    typo.data["spec"]["dependsOn"] = json!([{"kind": "Bsae", "name": team}]);
+    apps.create(&PostParams::default(), &typo).await.unwrap();
+    let refused = reason_is("DependencyNotAllowed");
+    let status = wait_status(apps, "typo", "refused", refused, controller).await;
+    let (_, message) = ready_reason(&status);
+    assert!(
+        message.starts_with("spec.dependsOn[0].kind: Bsae is not a kind of "),
+        "{message}"
+    );
+    assert!(!helm_has("typo", team));
+}
+
+/// The controller of the Tenant-like kind.
+const BASES_CONTROLLER: &str = "bases-v1-1-5-controller";

@@ -1,6 +1,7 @@
 //! A composition as the watch cache keeps it: its name, what a user changed of it (as a hash),
-//! its phase, and what the dependency graph needs (`spec.dependsOn`, and whether it is Ready). A reconcile reads the composition fresh, so its spec, status and most of its
-//! metadata need not stay in memory; with thousands of compositions, they would be most of the
+//! its phase, and what the dependency graph needs (`spec.dependsOn`, whether it is Ready, and
+//! where its release runs on the management cluster). A reconcile reads the composition fresh,
+//! so its spec, status and most of its metadata need not stay in memory; with thousands of compositions, they would be most of the
 //! controller's. Only these fields are read from the watch's JSON; the spec is never built.
 
 use std::borrow::Cow;
@@ -12,7 +13,7 @@ use kube::Resource;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 
-use crate::api::{Dependency, Phase, VERSION_LABEL};
+use crate::api::{Dependency, LOCAL_CLUSTER, Phase, VERSION_LABEL};
 
 /// The compositions' resource, shared by every reference to one (kube keeps a copy of it in
 /// each cache key, queue entry and pending reconcile).
@@ -33,6 +34,8 @@ pub struct Cached {
     needs: Vec<Dependency>,
     /// Ready for its current generation.
     ready: bool,
+    /// The namespaces its release is installed in on the management cluster.
+    places: Vec<String>,
 }
 
 impl Cached {
@@ -63,6 +66,11 @@ impl Cached {
     /// Whether it is Ready for its current generation.
     pub(super) fn is_ready(&self) -> bool {
         self.ready
+    }
+
+    /// The namespaces its release is installed in on the management cluster.
+    pub(super) fn places(&self) -> &[String] {
+        &self.places
     }
 }
 
@@ -113,6 +121,17 @@ impl<'de> Deserialize<'de> for Cached {
             phase: Option<String>,
             #[serde(default)]
             observed_generation: Option<i64>,
+            #[serde(default)]
+            clusters: Vec<Release>,
+        }
+        #[derive(Deserialize)]
+        struct Release {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            namespace: String,
+            #[serde(default)]
+            revision: Option<i64>,
         }
         let Composition {
             metadata,
@@ -120,6 +139,12 @@ impl<'de> Deserialize<'de> for Cached {
             status,
         } = Composition::deserialize(deserializer)?;
         let observed = status.as_ref().and_then(|s| s.observed_generation);
+        let releases = status.as_ref().map_or(&[][..], |s| &s.clusters[..]);
+        let places = releases
+            .iter()
+            .filter(|r| r.name == LOCAL_CLUSTER && r.revision.is_some())
+            .map(|r| r.namespace.clone())
+            .collect();
         let phase = status.and_then(|status| status.phase);
         let phase: Option<Phase> =
             phase.and_then(|phase| serde_json::from_value(phase.into()).ok());
@@ -133,6 +158,7 @@ impl<'de> Deserialize<'de> for Cached {
         Ok(Cached {
             needs: needs.collect(),
             ready,
+            places,
             asked_for: asked_for(&metadata),
             version: metadata
                 .labels

@@ -59,8 +59,8 @@ pub struct Context {
     pub(super) gate: helm::Gate,
     /// What the releases rendered, watched for drift.
     pub(super) drift: drift::Watches,
-    /// Which compositions wait for which, as the watch of this kind sees them.
-    pub(super) dependencies: dependencies::Graph,
+    /// Which compositions wait for which, as the watches of this kind and those named see them.
+    pub(super) dependencies: dependencies::Dependencies,
 }
 
 impl Context {
@@ -120,7 +120,7 @@ impl Context {
             workers: crate::runtime::FairGate::new(config.workers.into()),
             gate: helm::Gate::start(std::env::current_exe()?)?,
             drift: drift::Watches::new(metrics.clone()),
-            dependencies: dependencies::Graph::new(&resource.kind),
+            dependencies: dependencies::Dependencies::new(client.clone(), &resource),
             client,
             kube_config: Arc::new(kube_config),
             config,

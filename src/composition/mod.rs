@@ -179,7 +179,7 @@ async fn apply(
         context.drift.use_checks(&definition.spec.health.checks);
     }
     let mut writer = StatusWriter::new(api, object);
-    let result = match dependencies::ready(object, api, context).await {
+    let result = match dependencies::ready(object, context).await {
         Ok(waits) => {
             match &waits {
                 Waits::Nothing => writer.no_dependencies(),

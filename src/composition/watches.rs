@@ -37,17 +37,13 @@ pub async fn run(
     // Small pages: a page's response is held whole while it is read.
     let listing = watcher::Config::default().page_size(LIST_PAGE);
     // What waits for what is learnt from every event, and wakes the compositions it concerns.
-    let (wake, woken) = futures::channel::mpsc::unbounded();
     let graph = context.clone();
-    let woken_kind = kind.clone();
     let changes = watcher(api, listing)
         .backoff(crate::runtime::watch_backoff())
         .reflect(writer)
         .inspect(move |event| {
-            let Ok(event) = event else { return };
-            for (namespace, name) in graph.dependencies.observe(event) {
-                let reference = ObjectRef::new_with(&name, woken_kind.clone()).within(&namespace);
-                let _ = wake.unbounded_send(reference);
+            if let Ok(event) = event {
+                graph.dependencies.learn(event);
             }
         })
         .applied_objects()
@@ -69,6 +65,7 @@ pub async fn run(
     let health_changed = context.definition.health_changes();
     let everything = futures::stream::select(clusters_changed, health_changed);
     let drifted = context.drift.triggers(kind.clone());
+    let woken = woken(&context, kind.clone());
     let results = Controller::for_stream_with(changes, reader, kind)
         .reconcile_all_on(everything)
         .reconcile_on(drifted)
@@ -99,6 +96,19 @@ async fn reconcile_counted(object: Arc<Cached>, driver: Arc<Driver>) -> Result<A
         driver.failures.succeeded(&uid);
     }
     result
+}
+
+/// The compositions the dependency graph wakes.
+fn woken(
+    context: &Context,
+    kind: Arc<kube::core::ApiResource>,
+) -> futures::stream::BoxStream<'static, ObjectRef<Cached>> {
+    let Some(mut woken) = context.dependencies.woken() else {
+        return futures::stream::empty().boxed();
+    };
+    futures::stream::poll_fn(move |cx| woken.poll_recv(cx))
+        .map(move |(namespace, name)| ObjectRef::new_with(&name, kind.clone()).within(&namespace))
+        .boxed()
 }
 
 /// Compositions per page when the watch lists them.

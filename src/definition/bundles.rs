@@ -205,6 +205,8 @@ async fn apply_version(
         asked_namespaces = own.asked;
         warnings.extend(own.warnings);
     }
+    let dependencies =
+        grants::dependency_plurals(&context.client, &resource, &used.depends_on_kinds).await?;
     let claims = claims::check(&context.client, &footprint.footprint, releases).await;
     let releases = claims.kept;
     warnings.extend(claims.refused);
@@ -228,6 +230,7 @@ async fn apply_version(
             asked_namespaces,
             cluster_secrets,
             operator,
+            dependencies,
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
@@ -260,6 +263,8 @@ struct Granted<'a> {
     cluster_secrets: Option<&'a BTreeSet<String>>,
     /// The operator's username, when the chart binds subjects that need approval.
     operator: Option<String>,
+    /// The plurals of the other composition kinds its compositions wait for.
+    dependencies: BTreeSet<String>,
 }
 
 /// The bundle description of `resource`'s version, chart `chart_version` writing `footprint`.
@@ -290,6 +295,7 @@ fn controller_bundle(
             config_maps: referenced_config_maps(definition),
             watch_everywhere: spec.drift.watch == DriftWatch::Cluster,
             operator: granted.operator,
+            dependencies: granted.dependencies,
         },
     })
 }
@@ -323,6 +329,7 @@ pub(super) async fn approve_ahead(
             asked_namespaces: BTreeSet::new(),
             cluster_secrets,
             operator: None,
+            dependencies: BTreeSet::new(),
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;

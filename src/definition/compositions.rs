@@ -1,6 +1,7 @@
-//! Reconciling a definition when its compositions come, go or change version: that is when its
-//! controllers' RBAC must follow them into (or out of) a namespace, and when an old version's
-//! controller may be retired. One watch runs per definition, through a served version of its
+//! Reconciling a definition when its compositions come, go, change version or change their
+//! spec: that is when its controllers' RBAC must follow them into (or out of) a namespace or to
+//! the kinds they wait for (`spec.dependsOn`), and when an old version's controller may be
+//! retired. One watch runs per definition, through a served version of its
 //! CRD ([`Watches`]).
 //!
 //! While a rollout moves a composition (it carries `compositor.dev/move-to` or
@@ -118,8 +119,8 @@ impl Watches {
 }
 
 /// Watches the compositions of `names` (metadata only) and sends `definition` on `triggers`
-/// whenever one is added or deleted or changes its version label, but for a claim under
-/// `counted_as` ([`is_claim`]); status updates are ignored. Runs until the returned task is
+/// whenever one is added or deleted, changes its spec or its version label, but for a claim
+/// under `counted_as` ([`is_claim`]); status updates are ignored. Runs until the returned task is
 /// aborted.
 fn spawn(
     client: Client,
@@ -135,9 +136,9 @@ fn spawn(
     let resource = ApiResource::from_gvk_with_plural(&gvk, &names.plural);
     let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource);
     tokio::spawn(async move {
-        let mut known: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+        let mut known: BTreeMap<(String, String), Seen> = BTreeMap::new();
         // A restarted watch lists everything again; deletions in between show as a difference.
-        let mut relisted: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+        let mut relisted: BTreeMap<(String, String), Seen> = BTreeMap::new();
         let mut events = watcher(api, watcher::Config::default())
             .backoff(crate::runtime::watch_backoff())
             .boxed();
@@ -145,17 +146,20 @@ fn spawn(
             let key = |meta: &PartialObjectMeta<DynamicObject>| {
                 (meta.namespace().unwrap_or_default(), meta.name_any())
             };
-            let label =
-                |meta: &PartialObjectMeta<DynamicObject>| meta.labels().get(VERSION_LABEL).cloned();
+            let seen = |meta: &PartialObjectMeta<DynamicObject>| Seen {
+                label: meta.labels().get(VERSION_LABEL).cloned(),
+                generation: meta.metadata.generation,
+            };
             let changed = match event {
                 Ok(watcher::Event::Apply(meta)) => {
-                    let now = label(&meta);
+                    let now = seen(&meta);
                     let moving = in_rollout(&meta);
                     match known.insert(key(&meta), now.clone()) {
                         None => true,
                         Some(before) => {
-                            moving
-                                || before != now && !is_claim(&before, &now, &counted_as.borrow())
+                            let relabelled = before.label != now.label
+                                && !is_claim(&before.label, &now.label, &counted_as.borrow());
+                            moving || relabelled || before.generation != now.generation
                         }
                     }
                 }
@@ -165,7 +169,7 @@ fn spawn(
                     false
                 }
                 Ok(watcher::Event::InitApply(meta)) => {
-                    relisted.insert(key(&meta), label(&meta));
+                    relisted.insert(key(&meta), seen(&meta));
                     false
                 }
                 Ok(watcher::Event::InitDone) => {
@@ -180,6 +184,14 @@ fn spawn(
             }
         }
     })
+}
+
+/// What the watch compares of a composition: its version label, and its generation, which a
+/// change of its spec raises (its `dependsOn` says which kinds its controller reads).
+#[derive(Clone, PartialEq, Eq)]
+struct Seen {
+    label: Option<String>,
+    generation: Option<i64>,
 }
 
 /// Whether a rollout is moving the composition.

@@ -13,9 +13,9 @@ use serde_json::json;
 
 use super::{Error, objects};
 use crate::api::{
-    ClusterStatus, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION, MOVE_REFUSED_ANNOTATION,
-    NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, RELEASE_NAME_ANNOTATION, VERSION_LABEL,
-    is_reserved_namespace,
+    ClusterStatus, DEPENDS_ON, GeneratedResource, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION,
+    MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
+    RELEASE_NAME_ANNOTATION, VERSION_LABEL, is_reserved_namespace,
 };
 use crate::crd::Names;
 use crate::rbac::ReleasePlace;
@@ -67,6 +67,8 @@ pub struct VersionUse {
     pub settling: usize,
     /// Each composition's releases as its status records them, by namespace and name.
     pub releases: BTreeMap<(String, String), Vec<ClusterStatus>>,
+    /// The kinds its compositions wait for (`spec.dependsOn`), their own included.
+    pub depends_on_kinds: BTreeSet<String>,
 }
 
 impl VersionUse {
@@ -158,6 +160,12 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
     let key = (item.namespace().unwrap_or_default(), item.name_any());
     let recorded = serde_json::from_value(item.data["status"]["clusters"].clone());
     used.releases.insert(key, recorded.unwrap_or_default());
+    let needs = item.data["spec"][DEPENDS_ON]
+        .as_array()
+        .into_iter()
+        .flatten();
+    let kinds = needs.filter_map(|need| need["kind"].as_str());
+    used.depends_on_kinds.extend(kinds.map(str::to_string));
     used.compositions.insert(CompositionUse {
         namespace: item.namespace().unwrap_or_default(),
         name: item.name_any(),
@@ -169,6 +177,29 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
         paused: crate::api::is_paused(&item.metadata),
         move_clusters: item.annotations().get(MOVE_CLUSTERS_ANNOTATION).cloned(),
     });
+}
+
+/// The plurals of the composition kinds of `resource`'s group, other than its own, that
+/// `kinds` names: what its controller reads to know when the compositions its own wait for are
+/// Ready. A kind the group does not serve is left out (the controller says so on the
+/// composition that names it).
+pub async fn dependency_plurals(
+    client: &Client,
+    resource: &GeneratedResource,
+    kinds: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, Error> {
+    if kinds.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let group = kube::discovery::group(client, &resource.group)
+        .await
+        .map_err(|e| Error::Bundles("discover the composition kinds of the group", e))?;
+    Ok(kinds
+        .iter()
+        .filter_map(|kind| group.recommended_kind(kind))
+        .map(|(found, _)| found.plural)
+        .filter(|plural| *plural != resource.plural)
+        .collect())
 }
 
 /// The namespaces of compositions placed in a namespace of their own.

@@ -43,13 +43,16 @@ pub struct Permissions {
     /// reference role beside them, so that the release policy of the operator's installation,
     /// and no other, asks whether they are approved.
     pub operator: Option<String>,
+    /// The other composition kinds of the group (their plurals) that compositions wait for
+    /// (`spec.dependsOn`): the controller reads and watches them, to know when they are Ready.
+    pub dependencies: BTreeSet<String>,
 }
 
 impl Permissions {
     /// The controller's own cluster-wide rules: the generated resource, the ClusterRole named
     /// `chart_role` that says what the chart's ClusterRoles may grant (read, by name), the
     /// release namespaces compositor made (delete) or that compositions ask for (read, by name),
-    /// events, and with [`Permissions::watch_everywhere`] listing and watching the kinds the
+    /// the composition kinds its compositions wait for (read), events, and with [`Permissions::watch_everywhere`] listing and watching the kinds the
     /// chart writes in every namespace.
     pub fn controller_cluster_rules(
         &self,
@@ -93,6 +96,10 @@ impl Permissions {
             let mut namespaces = rule("", ["namespaces".to_string()], &["get"]);
             namespaces.resource_names = Some(read.into_iter().collect());
             rules.push(namespaces);
+        }
+        if !self.dependencies.is_empty() {
+            let read = &["get", "list", "watch"];
+            rules.push(rule(&resource.group, self.dependencies.clone(), read));
         }
         rules.push(PolicyRule {
             api_groups: Some(vec![String::new(), "events.k8s.io".into()]),

@@ -72,6 +72,7 @@ fn controller() -> Controller {
             cluster_secrets: BTreeSet::new(),
             watch_everywhere: false,
             operator: None,
+            dependencies: BTreeSet::new(),
         },
     }
 }
@@ -532,4 +533,22 @@ fn a_widening_footprint_needs_new_grant_lines_and_a_shrinking_one_none() {
         .remove("kube-system");
     let narrowed = lines(&narrower);
     assert!(narrowed.len() < widened.len() && narrowed.is_subset(&widened));
+}
+
+#[test]
+fn the_kinds_compositions_wait_for_are_read_and_nothing_more() {
+    let mut controller = controller();
+    let without = controller
+        .permissions
+        .controller_cluster_rules(&controller.resource, "chart");
+    controller.permissions.dependencies = ["tenants".to_string()].into();
+    let with = controller
+        .permissions
+        .controller_cluster_rules(&controller.resource, "chart");
+    let added: Vec<_> = with.iter().filter(|rule| !without.contains(rule)).collect();
+    assert_eq!(
+        serde_json::to_value(added).unwrap(),
+        json!([{"apiGroups": ["composition.compositor.dev"], "resources": ["tenants"],
+                "verbs": ["get", "list", "watch"]}])
+    );
 }
