@@ -335,11 +335,12 @@ async fn apps_controller_lists(fixture: &Fixture, plural: &str) -> bool {
 async fn a_composition_waits_for_the_tenant_whose_release_made_its_namespace() {
     let fixture = Fixture::new("depk").await;
     fixture.fireworksapp_ready("1.1.5").await;
-    // A Tenant-like kind of the same group: each one installs into a namespace named after it.
+    // A Tenant-like kind of the same group, served at a version of its own: each one installs
+    // into a namespace named after it.
     let spec = json!({
         "chart": {
             "url": support::env("COMPOSITOR_TEST_REPO_URL"), "repo": "fireworks-app",
-            "version": "1.1.5",
+            "version": "1.1.6",
             "credentials": {"username": support::env("COMPOSITOR_TEST_REPO_USERNAME"),
                             "passwordRef": {"name": "repo-password", "key": "password"}},
         },
@@ -351,7 +352,7 @@ async fn a_composition_waits_for_the_tenant_whose_release_made_its_namespace() {
     let (controller, _cache) = run_controller(&fixture, CONTROLLER_1_1_5).await;
     let (bases_controller, _bases_cache) = run_controller(&fixture, BASES_CONTROLLER).await;
     let platform = support::namespace(&fixture.client, "depk-platform").await;
-    let bases = fixture.compositions("Base", "bases", "v1-1-5", &platform);
+    let bases = fixture.compositions("Base", "bases", "v1-1-6", &platform);
     assert!(
         !apps_controller_lists(&fixture, "bases").await,
         "nothing of another kind before a composition names it"
@@ -359,7 +360,7 @@ async fn a_composition_waits_for_the_tenant_whose_release_made_its_namespace() {
 
     // The tenant, paused: its namespace is made, its release not yet.
     let team = support::unique("depk-team");
-    let mut base = fixture.fireworksapp(&team, "base");
+    let mut base = fixture.fireworksapp_at("v1-1-6", &team, json!({"git": {"repository": "base"}}));
     base.types.as_mut().unwrap().kind = "Base".into();
     base.metadata.annotations = Some([("compositor.dev/paused".into(), "true".into())].into());
     bases.create(&PostParams::default(), &base).await.unwrap();
@@ -451,4 +452,4 @@ async fn assert_only_this_namespaces_tenant_and_served_kinds(
 }
 
 /// The controller of the Tenant-like kind.
-const BASES_CONTROLLER: &str = "bases-v1-1-5-controller";
+const BASES_CONTROLLER: &str = "bases-v1-1-6-controller";

@@ -67,7 +67,7 @@ pub struct VersionUse {
     pub settling: usize,
     /// Each composition's releases as its status records them, by namespace and name.
     pub releases: BTreeMap<(String, String), Vec<ClusterStatus>>,
-    /// The kinds its compositions wait for (`spec.dependsOn`), their own included.
+    /// The other kinds its compositions wait for (`spec.dependsOn`).
     pub depends_on_kinds: BTreeSet<String>,
 }
 
@@ -106,7 +106,7 @@ pub async fn list_compositions(
     loop {
         let page = list_page(&api, &params).await?;
         for item in page.items {
-            count_use(&mut by_version, &item, current);
+            count_use(&mut by_version, &item, (&names.kind, current));
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -142,7 +142,11 @@ async fn list_page(
 
 /// Counts `item` in the use of its version (unlabelled, `current`'s), and as settling in the
 /// version whose chart its release still runs.
-fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject, current: &str) {
+fn count_use(
+    by_version: &mut BTreeMap<String, VersionUse>,
+    item: &DynamicObject,
+    (kind, current): (&str, &str),
+) {
     let version = item
         .labels()
         .get(VERSION_LABEL)
@@ -164,7 +168,9 @@ fn count_use(by_version: &mut BTreeMap<String, VersionUse>, item: &DynamicObject
         .as_array()
         .into_iter()
         .flatten();
-    let kinds = needs.filter_map(|need| need["kind"].as_str());
+    let kinds = needs
+        .filter_map(|need| need["kind"].as_str())
+        .filter(|needed| *needed != kind);
     used.depends_on_kinds.extend(kinds.map(str::to_string));
     used.compositions.insert(CompositionUse {
         namespace: item.namespace().unwrap_or_default(),
@@ -194,9 +200,11 @@ pub async fn dependency_plurals(
     let group = kube::discovery::group(client, &resource.group)
         .await
         .map_err(|e| Error::Bundles("discover the composition kinds of the group", e))?;
-    Ok(kinds
-        .iter()
-        .filter_map(|kind| group.recommended_kind(kind))
+    // The kinds of a group of generated CRDs are served at versions of their own.
+    Ok(group
+        .resources_by_stability()
+        .into_iter()
+        .filter(|(found, _)| kinds.contains(&found.kind))
         .map(|(found, _)| found.plural)
         .filter(|plural| *plural != resource.plural)
         .collect())

@@ -76,8 +76,7 @@ impl Dependencies {
         if let Some(known) = self.known(kind) {
             return Ok(Some(known));
         }
-        let group = kube::discovery::group(&self.client, &self.own.group).await?;
-        let Some((resource, _)) = group.recommended_kind(kind) else {
+        let Some(resource) = discover(&self.client, &self.own.group, kind).await? else {
             return Ok(None);
         };
         let resource = Arc::new(resource);
@@ -118,4 +117,16 @@ impl Dependencies {
             }
         });
     }
+}
+
+/// The resource of `kind` in `group`, at any version it is served at (each serves the same
+/// status): the kinds of a group of generated CRDs are served at versions of their own.
+pub(crate) async fn discover(
+    client: &Client,
+    group: &str,
+    kind: &str,
+) -> Result<Option<ApiResource>, kube::Error> {
+    let group = kube::discovery::group(client, group).await?;
+    let found = group.resources_by_stability().into_iter();
+    Ok(found.map(|(resource, _)| resource).find(|r| r.kind == kind))
 }
