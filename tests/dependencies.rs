@@ -12,7 +12,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use support::definitions::{
-    Fixture, can_i, helm_has, run_controller, run_controller_with, wait_status,
+    Fixture, can_i, helm_has, ready_of as ready_reason, run_controller, run_controller_with,
+    wait_status,
 };
 use support::operator::{CONTROLLER_1_1_5, merge_patch, phase_is};
 
@@ -33,19 +34,6 @@ fn app(fixture: &Fixture, name: &str, needs: &[(&str, Option<&str>)]) -> Dynamic
         .collect();
     app.data["spec"]["dependsOn"] = json!(needs);
     app
-}
-
-/// The reason and message of the status's Ready condition, when there is one.
-fn ready_reason(status: &Value) -> (String, String) {
-    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-    let ready = conditions.iter().find(|c| c["type"] == "Ready");
-    let text = |field: &str| {
-        ready
-            .and_then(|c| c[field].as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
-    (text("reason"), text("message"))
 }
 
 fn reason_is(reason: &'static str) -> impl Fn(&Value) -> bool {

@@ -9,6 +9,7 @@ mod definition;
 mod dependencies;
 mod health;
 mod rollout;
+mod values_from;
 
 pub use composition::{
     CLUSTER_REF, ClusterStatus, CompositionChart, CompositionStatus, FinalFailure, HealthState,
@@ -35,6 +36,9 @@ pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec}
 pub use rollout::{
     FailedRelease, MOVE_CLUSTERS_ANNOTATION, OnFailure, RETRY_ROLLOUT_ANNOTATION, RolloutPhase,
     RolloutSpec, RolloutStatus, clusters_moving_to, move_clusters_value,
+};
+pub use values_from::{
+    DEFAULT_VALUES_KEY, SourceKind, VALUES_FROM, ValuesSource, values_sources_of,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::core::ApiResource;
 
-use super::{access, dependencies, drift, inputs, reach};
+use super::{access, dependencies, drift, inputs, reach, values_from};
 use crate::api::ControllerIdentity;
 use crate::api::GeneratedResource;
 use crate::chart::Cache;
@@ -61,6 +61,8 @@ pub struct Context {
     pub(super) drift: drift::Watches,
     /// Which compositions wait for which, as the watches of this kind and those named see them.
     pub(super) dependencies: dependencies::Dependencies,
+    /// The objects compositions take values from, watched by name.
+    pub(super) values_sources: values_from::Sources,
 }
 
 impl Context {
@@ -121,6 +123,7 @@ impl Context {
             gate: helm::Gate::start(std::env::current_exe()?)?,
             drift: drift::Watches::new(metrics.clone()),
             dependencies: dependencies::Dependencies::new(client.clone(), &resource),
+            values_sources: values_from::Sources::new(kube_config.clone(), metrics.clone()),
             client,
             kube_config: Arc::new(kube_config),
             config,

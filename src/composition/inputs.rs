@@ -15,7 +15,6 @@ use serde_json::Value;
 
 use super::placement::Target;
 use super::reach::Reach;
-use super::values::values_of;
 use super::{Context, Error};
 use crate::api::{CompositionDefinition, CompositionDefinitionSpec, HealthSpec, SchemaOptions};
 use crate::chart::values::Enabling;
@@ -248,15 +247,15 @@ pub(super) async fn fetch_chart(
     Ok(chart)
 }
 
-/// The composition's values, refused with every path that breaks the chart's schema.
-pub(super) fn checked_values(object: &DynamicObject, chart: &Chart) -> Result<Value, Error> {
-    let values = values_of(object.data.get("spec"));
-    let violations = chart.violations(&values);
+/// Refuses `values` with every path that breaks the chart's schema (never a value: some may
+/// come from a Secret).
+pub(super) fn check_values(values: &Value, chart: &Chart) -> Result<(), Error> {
+    let violations = chart.violations(values);
     if !violations.is_empty() {
         let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
         return Err(Error::InvalidValues(listed.join("; ")));
     }
-    Ok(values)
+    Ok(())
 }
 
 /// The release of one composition on one target, and what it is installed from.
@@ -269,6 +268,9 @@ pub(super) struct TargetRelease<'a> {
     pub chart: &'a Fetched,
     /// The composition's values, valid for the chart.
     pub values: &'a Value,
+    /// What the fingerprint is made of: the values, each Secret's content replaced by its
+    /// version (the fingerprint is in the status, which a tenant reads).
+    pub fingerprinted: &'a Value,
     /// Where the release goes.
     pub target: &'a Target,
     /// How the target's cluster is reached.

@@ -6,8 +6,8 @@
 //! goes to `cleanup` once the compositions depending on it are gone (`dependencies`), a
 //! requested move to `handover`. Otherwise data flows one way, stopping at the first problem
 //! with a condition that names it: `dependencies` (every composition it waits for is Ready) →
-//! `inputs` (the chart,
-//! the values checked against its schema) → `placement` (one target per cluster) → `release`
+//! `inputs` (the chart) → `values_from` (the values of the ConfigMaps and Secrets it names,
+//! beneath its own, checked against the chart's schema) → `placement` (one target per cluster) → `release`
 //! on each target (whose it is, by `confinement`; unchanged fingerprint: no Helm call, and what
 //! `drift` watches found changed or gone is re-applied from Helm's record; inputs that failed
 //! for good before, by `attempt`: none either; else render, the `confinement` and `access`
@@ -37,6 +37,7 @@ mod reach;
 mod release;
 mod status;
 mod values;
+mod values_from;
 mod watches;
 
 pub use context::{Config, Context};
@@ -151,7 +152,11 @@ async fn finalize(
                 };
                 match cleaned {
                     // The object is gone once the finalizer is removed: nothing to record.
-                    Ok(action) => Ok(action),
+                    Ok(action) => {
+                        let key = (object.namespace().unwrap_or_default(), object.name_any());
+                        context.values_sources.forget(&key);
+                        Ok(action)
+                    }
                     Err(error) => {
                         let writer = StatusWriter::new(api, &object);
                         writer.finish(context, Err(error)).await
@@ -208,8 +213,10 @@ async fn install(
     writer: &mut StatusWriter<'_>,
 ) -> Result<Action, Error> {
     let chart = inputs::fetch_chart(definition, context).await?;
-    let values = inputs::checked_values(object, &chart)?;
-    let templates = values::template_paths(&values);
+    let own = values_of(object.data.get("spec"));
+    let values = values_from::values(object, context, own).await?;
+    inputs::check_values(&values.merged, &chart)?;
+    let templates = values::template_paths(&values.merged);
     if !templates.is_empty() && !definition.spec.permissions.templates_in_values {
         return Err(Error::TemplatesNotAllowed(templates.join(", ")));
     }
@@ -217,7 +224,7 @@ async fn install(
     let clusters = context.selected_clusters(placement)?;
     let targets = placement::targets(object, placement, &clusters, &context.reserved())?;
     confinement::check_claims(definition, &context.config.identity.version, &targets)?;
-    let withhold = chart.looks_up || !templates.is_empty();
+    let withhold = chart.looks_up || !templates.is_empty() || values.from_secret;
     let writable = confinement::writable_patterns(definition, &context.config.identity.version);
     let mine = &context.config.identity.version;
     let held = handover::not_reached(object, mine, &chart.fetched.version, writer.entries());
@@ -310,8 +317,9 @@ fn judged(
 #[derive(Clone, Copy)]
 struct ReleaseInputs<'a> {
     chart: &'a crate::chart::Fetched,
-    values: &'a serde_json::Value,
-    /// Whether Helm's words are withheld: the render could read the cluster.
+    values: &'a values_from::Values,
+    /// Whether Helm's words are withheld: the render could read the cluster, or a Secret gave
+    /// some of the values.
     withhold: bool,
     /// The namespaces a release may write into besides its own.
     writable: &'a BTreeSet<String>,
@@ -338,7 +346,8 @@ async fn release_on(
         context,
         object,
         chart,
-        values,
+        values: &values.merged,
+        fingerprinted: &values.identity,
         target,
         reach: &reach,
         withhold,

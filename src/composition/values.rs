@@ -3,13 +3,14 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::api::{CLUSTER_REF, DEPENDS_ON};
+use crate::api::{CLUSTER_REF, DEPENDS_ON, VALUES_FROM};
 
 /// The values of a composition: its `spec` without the keys compositor reserves.
 pub fn values_of(spec: Option<&Value>) -> Value {
     let mut values = spec.and_then(Value::as_object).cloned().unwrap_or_default();
     values.remove(CLUSTER_REF);
     values.remove(DEPENDS_ON);
+    values.remove(VALUES_FROM);
     Value::Object(values)
 }
 

@@ -1,6 +1,7 @@
 //! How the controller is driven: one watch of this version's compositions (a reconcile for what
 //! a user can change, none for the controller's own status writes), the compositions waiting
-//! for one when it turns Ready or stops being so (`dependencies`), every composition again when
+//! for one when it turns Ready or stops being so (`dependencies`), those reading a ConfigMap or
+//! Secret that changed (`values_from`), every composition again when
 //! the registered clusters or the definition's health spec change, and an error policy that
 //! backs off per composition. The backoff's count and the echo filter are the driver's own
 //! memory ([`Driver`]), beside the services every reconcile shares.
@@ -65,11 +66,13 @@ pub async fn run(
     let health_changed = context.definition.health_changes();
     let everything = futures::stream::select(clusters_changed, health_changed);
     let drifted = context.drift.triggers(kind.clone());
-    let woken = woken(&context, kind.clone());
+    let needed = woken(context.dependencies.woken(), kind.clone());
+    let sources_changed = woken(context.values_sources.woken(), kind.clone());
     let results = Controller::for_stream_with(changes, reader, kind)
         .reconcile_all_on(everything)
         .reconcile_on(drifted)
-        .reconcile_on(woken)
+        .reconcile_on(needed)
+        .reconcile_on(sources_changed)
         .trigger_backoff(crate::runtime::watch_backoff())
         // Every due reconcile starts, and waits for a worker in `Context::workers`, which takes
         // namespaces in turn (kube's own limit would run them in the order they fell due).
@@ -98,12 +101,13 @@ async fn reconcile_counted(object: Arc<Cached>, driver: Arc<Driver>) -> Result<A
     result
 }
 
-/// The compositions the dependency graph wakes.
+/// The compositions a service wakes (the dependency graph, the watches of values sources), as
+/// references to reconcile.
 fn woken(
-    context: &Context,
+    receiver: Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>,
     kind: Arc<kube::core::ApiResource>,
 ) -> futures::stream::BoxStream<'static, ObjectRef<Cached>> {
-    let Some(mut woken) = context.dependencies.woken() else {
+    let Some(mut woken) = receiver else {
         return futures::stream::empty().boxed();
     };
     futures::stream::poll_fn(move |cx| woken.poll_recv(cx))

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
     CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
-    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
+    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation, JSON,
     JSONSchemaProps, JSONSchemaPropsOrArray,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -36,6 +36,9 @@ pub struct BuildOptions {
     pub cluster_ref: bool,
     /// Add the optional `spec.dependsOn` (the compositions to wait for), for definitions.
     pub depends_on: bool,
+    /// Add the optional `spec.valuesFrom` (ConfigMaps and Secrets values come from), for
+    /// definitions.
+    pub values_from: bool,
 }
 
 impl Default for BuildOptions {
@@ -47,11 +50,12 @@ impl Default for BuildOptions {
             max_version_bytes: DEFAULT_MAX_VERSION_BYTES,
             cluster_ref: false,
             depends_on: false,
+            values_from: false,
         }
     }
 }
 
-use crate::api::{CLUSTER_REF, DEPENDS_ON};
+use crate::api::{CLUSTER_REF, DEFAULT_VALUES_KEY, DEPENDS_ON, VALUES_FROM};
 
 /// Categories of every generated CRD (`kubectl get compositions`).
 pub const CATEGORIES: [&str; 2] = ["compositions", "compositor"];
@@ -109,6 +113,9 @@ pub fn build_version(
     }
     if options.depends_on {
         reserve(&mut spec, DEPENDS_ON, depends_on())?;
+    }
+    if options.values_from {
+        reserve(&mut spec, VALUES_FROM, values_from())?;
     }
     if spec.description.is_none() {
         let about = match &package.metadata.description {
@@ -234,7 +241,7 @@ fn depends_on() -> JSONSchemaProps {
         properties: Some(BTreeMap::from([
             (
                 "kind".to_owned(),
-                typed("string", "The composition's kind."),
+                typed("string", "The composition's kind, of this API group."),
             ),
             (
                 "name".to_owned(),
@@ -255,8 +262,63 @@ fn depends_on() -> JSONSchemaProps {
         items: Some(JSONSchemaPropsOrArray::Schema(Box::new(entry))),
         ..typed(
             "array",
-            "Compositions in this namespace to wait for: the release is installed or upgraded \
-             once each is Ready. Not passed to the chart.",
+            "Compositions to wait for, of a kind of this API group: the one of that name in \
+             this namespace or, when there is none, the one whose release runs in it (its \
+             Tenant). The release is installed or upgraded once each is Ready. Not passed to \
+             the chart.",
+        )
+    }
+}
+
+/// `spec.valuesFrom: [{kind, name, key, targetPath, optional, namespace}]`: where more values
+/// come from.
+fn values_from() -> JSONSchemaProps {
+    let kind = JSONSchemaProps {
+        enum_: Some(vec![JSON("ConfigMap".into()), JSON("Secret".into())]),
+        ..typed("string", "ConfigMap or Secret.")
+    };
+    let key = typed(
+        "string",
+        &format!("The key whose content is taken (default {DEFAULT_VALUES_KEY})."),
+    );
+    let entry = JSONSchemaProps {
+        properties: Some(BTreeMap::from([
+            ("kind".to_owned(), kind),
+            ("name".to_owned(), typed("string", "The object's name.")),
+            ("key".to_owned(), key),
+            (
+                "targetPath".to_owned(),
+                typed(
+                    "string",
+                    "Put the key's content at this path (a.b.c) as one string value; without \
+                     it the content is a YAML map of values.",
+                ),
+            ),
+            (
+                "optional".to_owned(),
+                typed(
+                    "boolean",
+                    "Skip the object or key when it is absent, instead of waiting for it.",
+                ),
+            ),
+            (
+                "namespace".to_owned(),
+                typed(
+                    "string",
+                    "Only this composition's own namespace may be named.",
+                ),
+            ),
+        ])),
+        required: Some(vec!["kind".to_owned(), "name".to_owned()]),
+        ..typed("object", "An object values come from.")
+    };
+    JSONSchemaProps {
+        items: Some(JSONSchemaPropsOrArray::Schema(Box::new(entry))),
+        ..typed(
+            "array",
+            "ConfigMaps and Secrets in this namespace whose values are merged in order, beneath \
+             the spec's own, and followed when they change; read as the release's identity. A \
+             Secret's content is never shown. Not passed to the chart.",
         )
     }
 }

@@ -173,6 +173,23 @@ fn cluster_ref_is_added_unless_the_chart_has_one() {
 }
 
 #[test]
+fn values_from_is_added_unless_the_chart_has_one() {
+    let options = BuildOptions {
+        values_from: true,
+        ..Default::default()
+    };
+    let (crd, _) = build(&package(Some(json!({"type": "object"}))), &options).unwrap();
+    let values_from = &spec_of(&crd).properties.as_ref().unwrap()["valuesFrom"];
+    assert_eq!(values_from.type_.as_deref(), Some("array"));
+    let taken = package(Some(
+        json!({"type": "object", "properties": {"valuesFrom": {"type": "string"}}}),
+    ));
+    let refused = build(&taken, &options).unwrap_err();
+    assert_eq!(refused.reason(), "ReservedKey");
+    assert!(refused.to_string().contains("\"valuesFrom\""), "{refused}");
+}
+
+#[test]
 fn depends_on_is_added_unless_the_chart_has_one() {
     let options = BuildOptions {
         depends_on: true,

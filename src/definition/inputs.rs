@@ -168,6 +168,7 @@ pub(super) fn build_options(definition: &CompositionDefinition, chart_name: &str
         // Remote placements let a composition name its cluster.
         cluster_ref: definition.spec.placement.clusters != ClusterPlacement::Local,
         depends_on: true,
+        values_from: true,
         ..BuildOptions::default()
     }
 }

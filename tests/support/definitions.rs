@@ -254,6 +254,19 @@ pub async fn wait_status(
     );
 }
 
+/// The reason and message of the status's Ready condition, empty when there is none.
+pub fn ready_of(status: &Value) -> (String, String) {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready");
+    let text = |field: &str| {
+        ready
+            .and_then(|c| c[field].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text("reason"), text("message"))
+}
+
 pub fn reason_of(status: &Value, type_: &str) -> String {
     status["conditions"]
         .as_array()

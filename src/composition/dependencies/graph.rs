@@ -157,7 +157,9 @@ fn id_of(kind: &str, object: &Cached) -> Id {
 
 /// A composition seen as it is now: its dependents wake when it turns Ready or stops being so,
 /// or when what it waits for or where its release runs changed (a need may now name it, a
-/// cycle through it may be gone).
+/// cycle through it may be gone); the members of a circle it closes wake too. One that merely
+/// comes wakes no one else: those waiting for it learn of it when it turns Ready, which keeps a
+/// waiting composition at one reconcile.
 fn applied(state: &mut State, id: Id, object: &Cached) -> Vec<Id> {
     let node = Node {
         needs: object
@@ -180,6 +182,16 @@ fn applied(state: &mut State, id: Id, object: &Cached) -> Vec<Id> {
         false => Vec::new(),
     };
     let before = state.nodes.insert(id.clone(), node.clone());
+    // A new composition, or new needs, may close a circle: its members learn of it.
+    let needs_changed = before
+        .as_ref()
+        .is_none_or(|before| before.needs != node.needs);
+    if needs_changed {
+        let mut path = vec![id.clone()];
+        if cycle_from(state, &mut path, &mut HashSet::new()) {
+            wake.extend(path);
+        }
+    }
     let turned = match &before {
         Some(before) => *before != node,
         None => node.ready || !node.places.is_empty(),
@@ -367,7 +379,11 @@ mod tests {
         apply(&graph, app("c2", &["c3"], false));
         assert_eq!(graph.cycle_through("team-a", "c1"), None);
         let woken = apply(&graph, app("c3", &["c1"], false));
-        assert!(woken.is_empty(), "new, not a change");
+        assert_eq!(
+            names(woken),
+            ["c1", "c2", "c3"],
+            "each member learns of the circle"
+        );
         assert_eq!(
             path(graph.cycle_through("team-a", "c2").unwrap()),
             [

@@ -72,7 +72,7 @@ impl TargetRelease<'_> {
     ) -> Result<Outcome, Failure> {
         let fingerprint = fingerprint(
             &self.chart.digest,
-            self.values,
+            self.fingerprinted,
             &self.target.cluster,
             &self.target.namespace,
             &self.context.helm_version,
