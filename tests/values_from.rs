@@ -274,6 +274,16 @@ async fn values_come_from_a_config_map_and_a_secret_and_follow_their_changes() {
         message.starts_with("spec.valuesFrom[0].namespace: kube-system is not"),
         "{message}"
     );
+    // Nor Helm's record of another release, which the release identity may read.
+    let record = json!([{"kind": "Secret", "name": "sh.helm.release.v1.app.v1",
+                         "key": "release", "targetPath": "greeting"}]);
+    bed.create("records", json!({"valuesFrom": record})).await;
+    let status = bed.wait("records", "ValuesSourceNotAllowed").await;
+    let (_, message) = ready(&status);
+    assert!(
+        message.ends_with("is of type helm.sh/release.v1, which is never a values source"),
+        "{message}"
+    );
 
     assert_missing_sources_are_waited_for_unless_optional(&bed).await;
     assert_one_edit_upgrades_each_reader_once(&bed).await;

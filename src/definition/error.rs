@@ -59,9 +59,8 @@ pub enum Error {
     /// Something is not there yet; not a failure.
     #[error("waiting for the {0}")]
     Waiting(&'static str),
-    /// The definition changed since this reconcile read it (the reconcile saw a cached copy
-    /// older than its own last status write): nothing decided from it is recorded, and the
-    /// newer copy is reconciled next.
+    /// The definition changed while this reconcile ran: nothing decided from the copy it read
+    /// is recorded, and the newer one is reconciled next.
     #[error("the definition changed since it was read")]
     Superseded,
     /// Compositions are still being uninstalled.

@@ -65,11 +65,22 @@ pub(super) async fn reconcile(
 }
 
 async fn reconcile_inner(
-    definition: Arc<CompositionDefinition>,
+    cached: Arc<CompositionDefinition>,
     context: &Context,
 ) -> Result<Action, Error> {
-    let namespace = definition.namespace().unwrap_or_default();
+    let namespace = cached.namespace().unwrap_or_default();
     let api: Api<CompositionDefinition> = Api::namespaced(context.client.clone(), &namespace);
+    // Read fresh: the cache may not have this operator's last status write yet, and a rollout
+    // decides from the status which compositions move. A decision from an older copy would
+    // let move, or strip the rollout annotations of, compositions the last one already judged.
+    let Some(definition) = api
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(|e| Error::Kube("read the definition", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let definition = Arc::new(definition);
     if is_paused(&definition.metadata) {
         let mut status = definition.status.clone().unwrap_or_default();
         set_condition(

@@ -17,8 +17,8 @@ pub(super) async fn write_status(
     definition: &CompositionDefinition,
     status: CompositionDefinitionStatus,
 ) -> Result<(), Error> {
-    // The resourceVersion read is a precondition: a status decided from a cached copy older
-    // than the last write (a rollout's phase, its counts) never replaces the newer one.
+    // The resourceVersion read is a precondition: a status decided from a copy older than the
+    // last write (a rollout's phase, its counts) never replaces the newer one.
     let patch = json!({
         "apiVersion": CompositionDefinition::api_version(&()),
         "kind": CompositionDefinition::kind(&()),

@@ -115,6 +115,10 @@ fn allowed(at: usize, source: &ValuesSource, namespace: &str) -> Result<(), Erro
     }
 }
 
+/// Secrets whose content would give more than values: a ServiceAccount's token (a way to act
+/// as it), and Helm's records of releases (another release's values).
+const NEVER_VALUES: [&str; 2] = ["kubernetes.io/service-account-token", "helm.sh/release.v1"];
+
 /// The content of `source`'s key and the object's version (its UID and resourceVersion), read
 /// as `identity`; `None` when the object or the key is absent.
 async fn read(
@@ -149,6 +153,14 @@ async fn read(
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
             let found = api.get_opt(&source.name).await.map_err(refused)?;
+            if let Some(kind) = found.as_ref().and_then(|s| s.type_.as_deref())
+                && NEVER_VALUES.contains(&kind)
+            {
+                return Err(Error::ValuesSourceNotAllowed(format!(
+                    "Secret {namespace}/{} is of type {kind}, which is never a values source",
+                    source.name
+                )));
+            }
             match found {
                 Some(secret) => match secret.data.as_ref().and_then(|d| d.get(&source.key)) {
                     Some(bytes) => {
