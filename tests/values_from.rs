@@ -18,10 +18,12 @@ use serde_json::{Value, json};
 use compositor::api::{CompositionDefinition, find_condition};
 use support::definitions::{ready_of as ready, wait_status};
 
-/// A chart whose ConfigMap shows its values, with a schema: `port` is an integer.
+/// A chart whose Secret shows its values, with a schema: `port` is an integer. It writes no
+/// ConfigMap, so its release identity reads ConfigMaps only because compositions take values
+/// from one.
 fn chart() -> String {
     let name = support::unique("shown");
-    let template = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-shown'}\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  port: {{ .Values.port | quote }}\n  password: {{ .Values.db.password | quote }}\n";
+    let template = "apiVersion: v1\nkind: Secret\nmetadata: {name: '{{ .Release.Name }}-shown'}\nstringData:\n  greeting: {{ .Values.greeting | quote }}\n  port: {{ .Values.port | quote }}\n  password: {{ .Values.db.password | quote }}\n";
     let schema = json!({"type": "object", "properties": {
         "greeting": {"type": "string"}, "port": {"type": "integer"},
         "db": {"type": "object", "properties": {"password": {"type": "string"}}}}});
@@ -120,9 +122,11 @@ impl Bed {
 
     /// What release `name` shows.
     async fn shown(&self, name: &str) -> std::collections::BTreeMap<String, String> {
-        let maps = Api::<ConfigMap>::namespaced(self.admin.clone(), &self.namespace);
-        let shown = maps.get(&format!("{name}-shown")).await.expect("shown");
-        shown.data.unwrap_or_default()
+        let secrets = Api::<Secret>::namespaced(self.admin.clone(), &self.namespace);
+        let shown = secrets.get(&format!("{name}-shown")).await.expect("shown");
+        let data = shown.data.unwrap_or_default().into_iter();
+        data.map(|(key, value)| (key, String::from_utf8(value.0).unwrap()))
+            .collect()
     }
 
     /// Applies ConfigMap `name` with `data`.

@@ -231,6 +231,7 @@ async fn apply_version(
             cluster_secrets,
             operator,
             dependencies,
+            values_config_maps: used.values_config_maps.clone(),
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;
@@ -265,6 +266,8 @@ struct Granted<'a> {
     operator: Option<String>,
     /// The plurals of the other composition kinds its compositions wait for.
     dependencies: BTreeSet<String>,
+    /// The namespaces where compositions take values from a ConfigMap.
+    values_config_maps: BTreeSet<String>,
 }
 
 /// The bundle description of `resource`'s version, chart `chart_version` writing `footprint`.
@@ -296,6 +299,7 @@ fn controller_bundle(
             watch_everywhere: spec.drift.watch == DriftWatch::Cluster,
             operator: granted.operator,
             dependencies: granted.dependencies,
+            values_config_maps: granted.values_config_maps,
         },
     })
 }
@@ -330,6 +334,7 @@ pub(super) async fn approve_ahead(
             cluster_secrets,
             operator: None,
             dependencies: BTreeSet::new(),
+            values_config_maps: BTreeSet::new(),
         },
     )?;
     let bundle = controller.bundle(definition).map_err(Error::Bundle)?;

@@ -15,7 +15,7 @@ use super::{Error, objects};
 use crate::api::{
     ClusterStatus, DEPENDS_ON, GeneratedResource, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION,
     MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
-    RELEASE_NAME_ANNOTATION, VERSION_LABEL, is_reserved_namespace,
+    RELEASE_NAME_ANNOTATION, VALUES_FROM, VERSION_LABEL, is_reserved_namespace,
 };
 use crate::crd::Names;
 use crate::rbac::ReleasePlace;
@@ -69,6 +69,8 @@ pub struct VersionUse {
     pub releases: BTreeMap<(String, String), Vec<ClusterStatus>>,
     /// The other kinds its compositions wait for (`spec.dependsOn`).
     pub depends_on_kinds: BTreeSet<String>,
+    /// The namespaces where its compositions take values from a ConfigMap (`spec.valuesFrom`).
+    pub values_config_maps: BTreeSet<String>,
 }
 
 impl VersionUse {
@@ -172,6 +174,17 @@ fn count_use(
         .filter_map(|need| need["kind"].as_str())
         .filter(|needed| *needed != kind);
     used.depends_on_kinds.extend(kinds.map(str::to_string));
+    let sources = item.data["spec"][VALUES_FROM]
+        .as_array()
+        .into_iter()
+        .flatten();
+    if sources
+        .into_iter()
+        .any(|source| source["kind"] == "ConfigMap")
+    {
+        let namespace = item.namespace().unwrap_or_default();
+        used.values_config_maps.insert(namespace);
+    }
     used.compositions.insert(CompositionUse {
         namespace: item.namespace().unwrap_or_default(),
         name: item.name_any(),

@@ -46,6 +46,9 @@ pub struct Permissions {
     /// The other composition kinds of the group (their plurals) that compositions wait for
     /// (`spec.dependsOn`): the controller reads and watches them, to know when they are Ready.
     pub dependencies: BTreeSet<String>,
+    /// The release namespaces where compositions take values from a ConfigMap
+    /// (`spec.valuesFrom`): their release identity reads and watches ConfigMaps there.
+    pub values_config_maps: BTreeSet<String>,
 }
 
 impl Permissions {
@@ -167,8 +170,9 @@ impl Permissions {
 
     /// Rules per namespace but the definition's own, which the controller holds with the
     /// release identities that write there ([`Permissions::writers`]): what the chart writes
-    /// there; in each release namespace Helm's release Secrets, and impersonating that
-    /// namespace's release identity (named `identity`), as which Helm runs.
+    /// there; in each release namespace Helm's release Secrets, impersonating that namespace's
+    /// release identity (named `identity`), as which Helm runs, and reading ConfigMaps where
+    /// compositions take values from one.
     pub fn namespace_rules(&self, identity: &str) -> BTreeMap<String, Vec<PolicyRule>> {
         let mut by_namespace = self
             .footprint
@@ -176,9 +180,14 @@ impl Permissions {
         let helm_storage = rule("", ["secrets".to_string()], &HELM_VERBS);
         let mut impersonate = rule("", ["serviceaccounts".to_string()], &["impersonate"]);
         impersonate.resource_names = Some(vec![identity.to_string()]);
+        let values = rule("", ["configmaps".to_string()], &["get", "list", "watch"]);
         for place in &self.releases {
             let rules = by_namespace.entry(place.namespace.clone()).or_default();
-            for needed in [&helm_storage, &impersonate] {
+            let reads_values = self.values_config_maps.contains(&place.namespace);
+            for needed in [&helm_storage, &impersonate]
+                .into_iter()
+                .chain(reads_values.then_some(&values))
+            {
                 if !rules.contains(needed) {
                     rules.push(needed.clone());
                 }

@@ -73,6 +73,7 @@ fn controller() -> Controller {
             watch_everywhere: false,
             operator: None,
             dependencies: BTreeSet::new(),
+            values_config_maps: BTreeSet::new(),
         },
     }
 }
@@ -551,4 +552,21 @@ fn the_kinds_compositions_wait_for_are_read_and_nothing_more() {
         json!([{"apiGroups": ["composition.compositor.dev"], "resources": ["tenants"],
                 "verbs": ["get", "list", "watch"]}])
     );
+}
+
+#[test]
+fn config_maps_are_read_only_where_compositions_take_values_from_one() {
+    let mut controller = controller();
+    let without = controller.permissions.namespace_rules("identity");
+    controller.permissions.values_config_maps = ["team-a".to_string()].into();
+    let with = controller.permissions.namespace_rules("identity");
+    let added: Vec<_> = with["team-a"]
+        .iter()
+        .filter(|rule| !without["team-a"].contains(rule))
+        .collect();
+    assert_eq!(
+        serde_json::to_value(added).unwrap(),
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}])
+    );
+    assert_eq!(with["team-b"], without["team-b"], "nothing where none does");
 }
