@@ -92,7 +92,19 @@ pub struct ControllerIdentity {
     /// definition places beyond the management cluster).
     #[arg(long, env = "COMPOSITOR_CLUSTERS_NAMESPACE")]
     pub clusters_namespace: Option<String>,
+    /// Seconds a deleted composition waits for the compositions that depend on it to go before
+    /// its release is uninstalled anyway, with a DependentsTimedOut event (the operator passes
+    /// on its own).
+    #[arg(
+        long = "dependents-timeout",
+        env = "COMPOSITOR_DEPENDENTS_TIMEOUT",
+        default_value_t = DEFAULT_DEPENDENTS_TIMEOUT
+    )]
+    pub dependents_timeout_seconds: u64,
 }
+
+/// How long a deleted composition waits for its dependents by default, in seconds.
+pub const DEFAULT_DEPENDENTS_TIMEOUT: u64 = 600;
 
 impl ControllerIdentity {
     /// The name of its Deployment, ServiceAccount and leader Lease:
@@ -127,6 +139,11 @@ impl ControllerIdentity {
         }
         if let Some(namespace) = &self.clusters_namespace {
             args.extend(["--clusters-namespace".into(), namespace.clone()]);
+        }
+        // Only when it differs: an operator upgrade alone restarts no controller.
+        if self.dependents_timeout_seconds != DEFAULT_DEPENDENTS_TIMEOUT {
+            let seconds = self.dependents_timeout_seconds.to_string();
+            args.extend(["--dependents-timeout".into(), seconds]);
         }
         args
     }
@@ -206,12 +223,26 @@ mod tests {
             definition: ObjectKey::new("demo", "fireworksapp"),
             allow_cross_namespace_refs: cross,
             clusters_namespace: clusters.map(String::from),
+            dependents_timeout_seconds: DEFAULT_DEPENDENTS_TIMEOUT,
         }
     }
 
     #[test]
     fn what_the_operator_renders_the_controller_parses_back() {
-        for sent in [identity(false, None), identity(true, Some("clusters"))] {
+        let patient = ControllerIdentity {
+            dependents_timeout_seconds: 3600,
+            ..identity(false, None)
+        };
+        assert!(
+            !identity(false, None)
+                .args()
+                .contains(&"--dependents-timeout".into())
+        );
+        for sent in [
+            identity(false, None),
+            identity(true, Some("clusters")),
+            patient,
+        ] {
             // The first argument, the subcommand, stands where a program name would.
             let parsed = Line::try_parse_from(sent.args()).unwrap().identity;
             assert_eq!(parsed, sent);

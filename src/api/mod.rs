@@ -20,8 +20,9 @@ pub use conditions::{
     STALLED, find_condition, remove_condition, set_condition, shorten,
 };
 pub use contract::{
-    ControllerIdentity, GeneratedResource, MAX_RELEASE_NAME, ObjectKey, chart_role_name,
-    cluster_name, controller_name, is_dns_subdomain, release_identity, release_name,
+    ControllerIdentity, DEFAULT_DEPENDENTS_TIMEOUT, GeneratedResource, MAX_RELEASE_NAME, ObjectKey,
+    chart_role_name, cluster_name, controller_name, is_dns_subdomain, release_identity,
+    release_name,
 };
 pub use credentials::{CaBundleKind, CaBundleRef, ChartCredentials, SecretKeyRef, SecretRef};
 pub use definition::{

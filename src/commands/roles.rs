@@ -29,6 +29,14 @@ pub struct RunArgs {
     /// POD_NAMESPACE).
     #[arg(long, env = "COMPOSITOR_CLUSTERS_NAMESPACE")]
     pub clusters_namespace: Option<String>,
+    /// Seconds a deleted composition waits for the compositions that depend on it to go before
+    /// its release is uninstalled anyway; passed on to every controller.
+    #[arg(
+        long = "dependents-timeout",
+        env = "COMPOSITOR_DEPENDENTS_TIMEOUT",
+        default_value_t = crate::api::DEFAULT_DEPENDENTS_TIMEOUT
+    )]
+    pub dependents_timeout_seconds: u64,
     /// Seconds between full resyncs of a definition.
     #[arg(long, env = "COMPOSITOR_RESYNC_SECONDS", default_value_t = 120)]
     pub resync_seconds: u64,
@@ -72,6 +80,7 @@ pub async fn run(args: RunArgs) -> Result<(), CommandError> {
     let config = definition::Config {
         controller_image: args.controller_image,
         allow_cross_namespace_refs: args.allow_cross_namespace_refs,
+        dependents_timeout_seconds: args.dependents_timeout_seconds,
         resync: Duration::from_secs(args.resync_seconds),
         concurrency: args.concurrency,
         namespace: args.namespace,
@@ -114,14 +123,6 @@ pub struct ControllerArgs {
         default_value_t = 5
     )]
     pub remote_uninstall_attempts: u32,
-    /// Seconds a deleted composition waits for the compositions that depend on it to go before
-    /// its release is uninstalled anyway, with a DependentsTimedOut event.
-    #[arg(
-        long = "dependents-timeout",
-        env = "COMPOSITOR_DEPENDENTS_TIMEOUT",
-        default_value_t = 600
-    )]
-    pub dependents_timeout_seconds: u64,
     /// Compositions reconciled at once, shared among namespaces in turn.
     #[arg(long, env = "COMPOSITOR_WORKERS", default_value_t = 4)]
     pub workers: u16,
@@ -152,6 +153,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         .unwrap_or_else(|| std::env::temp_dir().join("compositor-charts"));
     let cache = Cache::open(cache_dir).map_err(context("opening the chart cache"))?;
     let identity = args.identity;
+    let dependents_timeout = Duration::from_secs(identity.dependents_timeout_seconds);
     let lease_namespace = args
         .leader_election_namespace
         .unwrap_or_else(|| identity.definition.namespace.clone());
@@ -164,7 +166,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CommandError> {
         workers: args.workers,
         resync: Duration::from_secs(args.resync_seconds),
         remote_uninstall_attempts: args.remote_uninstall_attempts,
-        dependents_timeout: Duration::from_secs(args.dependents_timeout_seconds),
+        dependents_timeout,
     };
     // Built before leading (it only reads), so that a standby takes over without delay.
     let controller = composition::Context::new(
@@ -205,6 +207,7 @@ mod tests {
             definition: ObjectKey::new("demo", "app"),
             allow_cross_namespace_refs: true,
             clusters_namespace: Some("clusters".into()),
+            dependents_timeout_seconds: 60,
         };
         let parsed = Controller::try_parse_from(identity.args()).unwrap().args;
         assert_eq!(parsed.identity, identity);

@@ -285,6 +285,7 @@ fn controller_bundle(
         chart_version: chart_version.to_string(),
         image: context.config.controller_image.clone(),
         allow_cross_namespace_refs: context.config.allow_cross_namespace_refs,
+        dependents_timeout_seconds: context.config.dependents_timeout_seconds,
         permissions: Permissions {
             clusters_namespace: (spec.placement.clusters != ClusterPlacement::Local)
                 .then(|| context.config.clusters_namespace.clone()),

@@ -23,6 +23,8 @@ pub struct Config {
     pub controller_image: String,
     /// Allow Secret and ConfigMap references to other namespaces.
     pub allow_cross_namespace_refs: bool,
+    /// How long a deleted composition waits for its dependents, in seconds; the controllers'.
+    pub dependents_timeout_seconds: u64,
     /// Reconcile every definition at least this often.
     pub resync: Duration,
     /// Reconcile at most this many definitions at once.

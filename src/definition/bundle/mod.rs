@@ -43,6 +43,9 @@ pub struct Controller {
     /// Whether the chart source may name Secrets and ConfigMaps in other namespaces (the
     /// operator's `--allow-cross-namespace-refs`, handed on to the controller).
     pub allow_cross_namespace_refs: bool,
+    /// How long a deleted composition waits for its dependents, in seconds (the operator's
+    /// `--dependents-timeout`, handed on to the controller).
+    pub dependents_timeout_seconds: u64,
     /// What the controller may do.
     pub permissions: Permissions,
 }
@@ -167,6 +170,7 @@ impl Controller {
             definition: definition_key(definition),
             allow_cross_namespace_refs: self.allow_cross_namespace_refs,
             clusters_namespace: self.permissions.clusters_namespace.clone(),
+            dependents_timeout_seconds: self.dependents_timeout_seconds,
         }
     }
 

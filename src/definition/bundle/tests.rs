@@ -60,6 +60,7 @@ fn controller() -> Controller {
         chart_version: "1.1.5".into(),
         image: "compositor:test".into(),
         allow_cross_namespace_refs: false,
+        dependents_timeout_seconds: crate::api::DEFAULT_DEPENDENTS_TIMEOUT,
         permissions: Permissions {
             footprint,
             releases: vec![place("acme", "team-b"), place("beta", "team-a")],
