@@ -213,8 +213,10 @@ async fn every_identity_compositor_makes_holds_only_what_its_grant_says() {
     let identity = format!("compositor.{namespace}.{}-{version}", crd.plural);
     // Named uniquely: the ClusterRole it makes is named after it, cluster-wide.
     let web = support::unique("web");
+    // The ordinary one takes values from a ConfigMap: what that grants is enumerated too.
+    let shared = json!([{"kind": "ConfigMap", "name": "shared", "optional": true}]);
     let adversarial = [
-        (web.as_str(), json!({})),
+        (web.as_str(), json!({"valuesFrom": shared})),
         ("cluster-admin", json!({})),
         ("admin", json!({})),
         ("edit", json!({})),
@@ -327,6 +329,14 @@ async fn every_identity_compositor_makes_holds_only_what_its_grant_says() {
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+    // Among what was judged: the release identity reads the ConfigMaps of its namespace, as
+    // `web`'s values source.
+    let identity_rules = rules_review(&(team.clone(), identity.clone()), &team).await;
+    let reads_config_maps = identity_rules.iter().any(|rule| {
+        let resources = rule.resources.iter().flatten();
+        resources.into_iter().any(|r| r == "configmaps") && rule.verbs.iter().any(|v| v == "watch")
+    });
+    assert!(reads_config_maps, "{identity_rules:?}");
 
     // The operator holds `escalate` and `bind` on roles by design (its admission policy bounds
     // what it writes with them) and `*` only on the compositions of its own groups; nothing
