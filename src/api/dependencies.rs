@@ -10,6 +10,10 @@ use super::is_dns_subdomain;
 /// The `spec` key of a composition that names the compositions it waits for.
 pub const DEPENDS_ON: &str = "dependsOn";
 
+/// Most compositions one may wait for: each is looked up at every change of the graph, which
+/// one tenant's compositions must not make costly for everyone's.
+pub const MAX_DEPENDENCIES: usize = 32;
+
 /// A composition another waits for.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dependency {
@@ -37,6 +41,12 @@ pub fn dependencies_of(spec: &Value) -> Result<Vec<Dependency>, String> {
     let Some(listed) = listed.as_array() else {
         return Err(format!("spec.{DEPENDS_ON}: not a list"));
     };
+    if listed.len() > MAX_DEPENDENCIES {
+        return Err(format!(
+            "spec.{DEPENDS_ON}: {} entries; at most {MAX_DEPENDENCIES}",
+            listed.len()
+        ));
+    }
     listed
         .iter()
         .enumerate()
@@ -86,6 +96,11 @@ mod tests {
         );
         let bad = dependencies_of(&json!({"dependsOn": "base"})).unwrap_err();
         assert_eq!(bad, "spec.dependsOn: not a list");
+        let many: Vec<_> = (0..=MAX_DEPENDENCIES)
+            .map(|i| json!({"kind": "App", "name": format!("a{i}")}))
+            .collect();
+        let bad = dependencies_of(&json!({"dependsOn": many})).unwrap_err();
+        assert_eq!(bad, "spec.dependsOn: 33 entries; at most 32");
         for name in [
             "../../team-b/apps/x",
             "x/y",

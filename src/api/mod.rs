@@ -32,7 +32,7 @@ pub use definition::{
     NamespacePlacement, PermissionsSpec, Placement, ResolvedChart, SchemaInference, SchemaOptions,
     VersionFootprint,
 };
-pub use dependencies::{DEPENDS_ON, Dependency, dependencies_of};
+pub use dependencies::{DEPENDS_ON, Dependency, MAX_DEPENDENCIES, dependencies_of};
 pub use health::{Check, CheckError, Checks, HealthCheck, HealthMode, HealthSpec};
 pub use rollout::{
     FailedRelease, MOVE_CLUSTERS_ANNOTATION, OnFailure, RETRY_ROLLOUT_ANNOTATION, RolloutPhase,

@@ -10,6 +10,9 @@ use super::is_dns_subdomain;
 /// The `spec` key of a composition that names where more of its values come from.
 pub const VALUES_FROM: &str = "valuesFrom";
 
+/// Most objects one composition takes values from: each is read at every reconcile.
+pub const MAX_VALUES_SOURCES: usize = 16;
+
 /// The key read when a source names none, as Flux's helm-controller reads.
 pub const DEFAULT_VALUES_KEY: &str = "values.yaml";
 
@@ -92,6 +95,12 @@ pub fn values_sources_of(spec: &Value) -> Result<Vec<ValuesSource>, String> {
     let Some(listed) = listed.as_array() else {
         return Err(format!("spec.{VALUES_FROM}: not a list"));
     };
+    if listed.len() > MAX_VALUES_SOURCES {
+        return Err(format!(
+            "spec.{VALUES_FROM}: {} entries; at most {MAX_VALUES_SOURCES}",
+            listed.len()
+        ));
+    }
     listed
         .iter()
         .enumerate()
@@ -184,5 +193,8 @@ mod tests {
         }
         let bad = values_sources_of(&json!({"valuesFrom": {"kind": "Secret"}})).unwrap_err();
         assert_eq!(bad, "spec.valuesFrom: not a list");
+        let many = vec![json!({"kind": "Secret", "name": "x"}); MAX_VALUES_SOURCES + 1];
+        let bad = values_sources_of(&json!({"valuesFrom": many})).unwrap_err();
+        assert_eq!(bad, "spec.valuesFrom: 17 entries; at most 16");
     }
 }

@@ -13,7 +13,7 @@ use kube::Resource;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 
-use crate::api::{Dependency, LOCAL_CLUSTER, Phase, VERSION_LABEL};
+use crate::api::{Dependency, LOCAL_CLUSTER, MAX_DEPENDENCIES, Phase, VERSION_LABEL};
 
 /// The compositions' resource, shared by every reference to one (kube keeps a copy of it in
 /// each cache key, queue entry and pending reconcile).
@@ -154,6 +154,7 @@ impl<'de> Deserialize<'de> for Cached {
         let needs = spec.and_then(|s| s.depends_on).unwrap_or_default();
         let needs = needs
             .into_iter()
+            .take(MAX_DEPENDENCIES)
             .filter_map(|entry| serde_json::from_value(entry).ok());
         Ok(Cached {
             needs: needs.collect(),

@@ -7,7 +7,7 @@
 //! one's namespace or, when there is none, the one whose release runs in that namespace on the
 //! management cluster: the composition that made the namespace, such as its Tenant.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
@@ -44,6 +44,9 @@ pub(crate) struct Graph {
 #[derive(Default)]
 struct State {
     nodes: HashMap<Id, Node>,
+    /// The compositions of each kind and name, in any namespace: where a need not met in its
+    /// own namespace is looked for.
+    by_name: HashMap<(String, String), BTreeSet<Id>>,
     /// While a kind's watch lists again: the compositions of it listed so far.
     relisted: HashMap<String, HashSet<Id>>,
 }
@@ -182,6 +185,12 @@ fn applied(state: &mut State, id: Id, object: &Cached) -> Vec<Id> {
         false => Vec::new(),
     };
     let before = state.nodes.insert(id.clone(), node.clone());
+    let same_name = (id.kind.clone(), id.name.clone());
+    state
+        .by_name
+        .entry(same_name)
+        .or_default()
+        .insert(id.clone());
     // A new composition, or new needs, may close a circle: its members learn of it.
     let needs_changed = before
         .as_ref()
@@ -211,6 +220,13 @@ fn gone(state: &mut State, id: &Id) -> Vec<Id> {
     let mut wake = needed_by(state, id, &node);
     wake.extend(dependents_of(state, id));
     state.nodes.remove(id);
+    let same_name = (id.kind.clone(), id.name.clone());
+    if let Some(same) = state.by_name.get_mut(&same_name) {
+        same.remove(id);
+        if same.is_empty() {
+            state.by_name.remove(&same_name);
+        }
+    }
     wake
 }
 
@@ -224,14 +240,13 @@ fn resolve(state: &State, (kind, name): (&str, &str), namespace: &str) -> Option
     if state.nodes.contains_key(&here) {
         return Some(here);
     }
-    state
-        .nodes
-        .iter()
-        .filter(|(id, node)| {
-            id.kind == kind && id.name == name && node.places.iter().any(|p| p == namespace)
+    let same = state.by_name.get(&(kind.to_string(), name.to_string()))?;
+    same.iter()
+        .find(|id| {
+            let node = state.nodes.get(*id);
+            node.is_some_and(|node| node.places.iter().any(|p| p == namespace))
         })
-        .map(|(id, _)| id.clone())
-        .min()
+        .cloned()
 }
 
 /// What `node` (at `id`) waits for, as far as the graph knows it.
