@@ -1,8 +1,9 @@
-//! A composition as the watch cache keeps it: its name, what a user changed of it (as a hash),
-//! its phase, and what the dependency graph needs (`spec.dependsOn`, whether it is Ready, and
-//! where its release runs on the management cluster). A reconcile reads the composition fresh,
-//! so its spec, status and most of its metadata need not stay in memory; with thousands of compositions, they would be most of the
-//! controller's. Only these fields are read from the watch's JSON; the spec is never built.
+//! A composition as the watch cache keeps it: its name, what a user changed of it (as a hash), its
+//! phase, and what the dependency graph needs (`spec.dependsOn`, whether it is Ready, and where its
+//! release runs on the management cluster). A reconcile reads the composition fresh, so its spec,
+//! status and most of its metadata need not stay in memory; with thousands of compositions, they
+//! would be most of the controller's. Only these fields are read from the watch's JSON; the spec is
+//! never built.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};

@@ -1,22 +1,21 @@
-//! The per-version controller: every composition of one CRD version becomes a Helm release on
-//! each of its targets.
+//! The per-version controller: every composition of one CRD version becomes a Helm release on each
+//! of its targets.
 //!
-//! A reconcile reads the composition fresh, `claim`s it when it is unlabelled and this version
-//! is the current one, and leaves it alone while it is another version's or paused; deletion
-//! goes to `cleanup` once the compositions depending on it are gone (`dependencies`), a
-//! requested move to `handover`. Otherwise data flows one way, stopping at the first problem
-//! with a condition that names it: `dependencies` (every composition it waits for is Ready) →
-//! `inputs` (the chart) → `values_from` (the values of the ConfigMaps and Secrets it names,
-//! beneath its own, checked against the chart's schema) → `placement` (one target per cluster) → `release`
-//! on each target (whose it is, by `confinement`; unchanged fingerprint: no Helm call, and what
-//! `drift` watches found changed or gone is re-applied from Helm's record; inputs that failed
-//! for good before, by `attempt`: none either; else render, the `confinement` and `access`
-//! checks, recovery, `helm upgrade --install` as the release identity) → `status` (each
-//! target's entry, the phase and conditions over them, events). `watches` drive it: which
-//! changes reconcile (the compositions' own, and the objects their releases keep, through
-//! `drift`), the fair share of workers among namespaces, the backoff of failing compositions;
-//! `cached` is what its cache keeps of each composition (its name, a hash of what a user
-//! changed, its phase, what it waits for).
+//! A reconcile reads the composition fresh, `claim`s it when it is unlabelled and this version is
+//! the current one, and leaves it alone while it is another version's or paused; deletion goes to
+//! `cleanup` once the compositions depending on it are gone (`dependencies`), a requested move to
+//! `handover`. Otherwise data flows one way, stopping at the first problem with a condition that
+//! names it: `dependencies` (every composition it waits for is Ready) → `inputs` (the chart) →
+//! `values_from` (the values of the ConfigMaps and Secrets it names, beneath its own, checked
+//! against the chart's schema) → `placement` (one target per cluster) → `release` on each target
+//! (whose it is, by `confinement`; unchanged fingerprint: no Helm call, and what `drift` watches
+//! found changed or gone is re-applied from Helm's record; inputs that failed for good before, by
+//! `attempt`: none either; else render, the `confinement` and `access` checks, recovery, `helm
+//! upgrade --install` as the release identity) → `status` (each target's entry, the phase and
+//! conditions over them, events). `watches` drive it: which changes reconcile (the compositions'
+//! own, and the objects their releases keep, through `drift`), the fair share of workers among
+//! namespaces, the backoff of failing compositions; `cached` is what its cache keeps of each
+//! composition (its name, a hash of what a user changed, its phase, what it waits for).
 
 mod access;
 mod attempt;

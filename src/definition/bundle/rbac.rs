@@ -53,10 +53,11 @@ pub struct Permissions {
 
 impl Permissions {
     /// The controller's own cluster-wide rules: the generated resource, the ClusterRole named
-    /// `chart_role` that says what the chart's ClusterRoles may grant (read, by name), the
-    /// release namespaces compositor made (delete) or that compositions ask for (read, by name),
-    /// the composition kinds its compositions wait for (read), events, and with [`Permissions::watch_everywhere`] listing and watching the kinds the
-    /// chart writes in every namespace.
+    /// `chart_role` that says what the chart's ClusterRoles may grant (read, by name), the release
+    /// namespaces compositor made (delete) or that compositions ask for (read, by name), the
+    /// composition kinds its compositions wait for (read), events, and with
+    /// [`Permissions::watch_everywhere`] listing and watching the kinds the chart writes in every
+    /// namespace.
     pub fn controller_cluster_rules(
         &self,
         resource: &GeneratedResource,
