@@ -12,8 +12,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use support::definitions::{
-    Fixture, can_i, helm_has, ready_of as ready_reason, run_controller, run_controller_with,
-    wait_status,
+    Fixture, any_object_crd, can_i, helm_has, ready_of as ready_reason, run_controller,
+    run_controller_with, wait_status,
 };
 use support::operator::{CONTROLLER_1_1_5, merge_patch, phase_is};
 
@@ -437,6 +437,32 @@ async fn assert_only_this_namespaces_tenant_and_served_kinds(
         "{message}"
     );
     assert!(!helm_has("typo", team));
+
+    // A kind of the group whose CRD compositor did not make is no composition: never granted,
+    // so whether such an object exists is not learnt either.
+    let foreign = any_object_crd(&fixture.group, "v1", "Widget");
+    support::apply_crd(&fixture.client, foreign).await;
+    let mut widget = fixture.fireworksapp("widget", "acme");
+    widget.data["spec"]["dependsOn"] = json!([{"kind": "Widget", "name": "w"}]);
+    apps.create(&PostParams::default(), &widget).await.unwrap();
+    let status = wait_status(
+        apps,
+        "widget",
+        "waiting",
+        reason_is("DependencyNotReady"),
+        controller,
+    )
+    .await;
+    let (_, message) = ready_reason(&status);
+    assert!(
+        message.contains("not readable by this controller yet"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !apps_controller_lists(fixture, "widgets").await,
+        "a foreign kind is never granted"
+    );
 }
 
 /// The controller of the Tenant-like kind.

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
@@ -14,7 +15,7 @@ use serde_json::json;
 use super::{Error, objects};
 use crate::api::{
     ClusterStatus, DEPENDS_ON, GeneratedResource, MOVE_ANNOTATION, MOVE_CLUSTERS_ANNOTATION,
-    MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement,
+    MOVE_REFUSED_ANNOTATION, NAMESPACE_OWNER_ANNOTATION, NamespacePlacement, OWNER_ANNOTATION,
     RELEASE_NAME_ANNOTATION, VALUES_FROM, VERSION_LABEL, is_reserved_namespace,
 };
 use crate::crd::Names;
@@ -214,13 +215,27 @@ pub async fn dependency_plurals(
         .await
         .map_err(|e| Error::Bundles("discover the composition kinds of the group", e))?;
     // The kinds of a group of generated CRDs are served at versions of their own.
-    Ok(group
+    let named = group
         .resources_by_stability()
         .into_iter()
         .filter(|(found, _)| kinds.contains(&found.kind))
         .map(|(found, _)| found.plural)
-        .filter(|plural| *plural != resource.plural)
-        .collect())
+        .filter(|plural| *plural != resource.plural);
+    // A definition may name a group that other CRDs share: only a kind whose CRD compositor
+    // generated is a composition, and only compositions are ever read for a need.
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut plurals = BTreeSet::new();
+    for plural in named {
+        let crd = format!("{plural}.{}", resource.group);
+        let found = crds
+            .get_metadata_opt(&crd)
+            .await
+            .map_err(|e| Error::Bundles("read a CRD that compositions wait for", e))?;
+        if found.is_some_and(|crd| crd.annotations().contains_key(OWNER_ANNOTATION)) {
+            plurals.insert(plural);
+        }
+    }
+    Ok(plurals)
 }
 
 /// The namespaces of compositions placed in a namespace of their own.
