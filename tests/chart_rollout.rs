@@ -283,7 +283,15 @@ async fn a_bad_version_reaches_the_canary_alone_and_is_rolled_back_then_a_good_o
     for name in &names[1..] {
         assert_eq!(after[name], before[name], "{name} never moved");
     }
-    let (status, reason, message) = ready_of(&fleet.definitions()).await;
+    // A failed request of the last reconcile may stand on Ready until the next one.
+    let definitions = fleet.definitions();
+    support::eventually(
+        "Ready says RolloutRolledBack",
+        Duration::from_secs(30),
+        || async { ready_of(&definitions).await.1 == "RolloutRolledBack" },
+    )
+    .await;
+    let (status, reason, message) = ready_of(&definitions).await;
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("False", "RolloutRolledBack")
